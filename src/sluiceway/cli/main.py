@@ -1,0 +1,109 @@
+"""`sluiceway`: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from sluiceway import __version__
+from sluiceway.config import BrokerConfig, load_config, render_reference
+from sluiceway.core.broker import Broker
+from sluiceway.errors import ConfigError
+from sluiceway.server.stomp_server import StompServer
+
+log = logging.getLogger("sluiceway")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sluiceway",
+        description="Sluiceway: a STOMP message broker with Open Message Queue's flow control.",
+    )
+    parser.add_argument("--version", action="version", version=f"sluiceway {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    broker = commands.add_parser(
+        "broker",
+        help="run the broker in the foreground",
+        description="Run the broker in the foreground until SIGTERM or Ctrl-C. "
+        "Properties use Open MQ's names; see docs/configuration.md.",
+    )
+    broker.add_argument("--config", metavar="FILE", help="properties file (Java-properties syntax)")
+    broker.add_argument(
+        "-D",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a property, overriding the file (repeatable), like imqbrokerd -D",
+    )
+    broker.add_argument("--host", help="address to bind (same as -D imq.hostname=HOST)")
+    broker.add_argument(
+        "--port",
+        type=int,
+        help="STOMP port, 0 for any free one (same as -D imq.stomp.tcp.port=PORT)",
+    )
+    broker.add_argument(
+        "--list-properties",
+        action="store_true",
+        help="print every property with its default and meaning, then exit",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "broker":
+        return run_broker(args)
+    return 2  # argparse rejects unknown commands before this
+
+
+def run_broker(args: argparse.Namespace) -> int:
+    if args.list_properties:
+        sys.stdout.write(render_reference())
+        return 0
+    overrides = list(args.overrides)
+    if args.host is not None:
+        overrides.append(f"imq.hostname={args.host}")
+    if args.port is not None:
+        overrides.append(f"imq.stomp.tcp.port={args.port}")
+    try:
+        config = load_config(args.config, overrides)
+    except ConfigError as exc:
+        print(f"sluiceway: configuration error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:
+        log.error("cannot start: %s", exc)  # noqa: TRY400  (the OS error says it; no traceback)
+        return 1
+    return 0
+
+
+async def serve(config: BrokerConfig) -> None:
+    """Run until SIGTERM or SIGINT, then shut down cleanly."""
+    broker = Broker(config)
+    server = StompServer(broker)
+    await server.start()
+    host, port = server.address
+    log.info("Sluiceway %s ready: STOMP on %s:%d", __version__, host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    log.info("shutting down: closing %d connections", server.connection_count)
+    await server.stop()
+    log.info("stopped")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

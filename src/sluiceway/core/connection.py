@@ -1,0 +1,351 @@
+"""The broker-side state of one client connection: its subscriptions, transactions and flow.
+
+Commands come in as method calls (subscribe, send, ack...); refusals are raised as BrokerError with
+the status code for the wire. Messages go out by pull: when a subscription has staged messages the
+connection calls `on_ready`, and the I/O layer then calls `take(n)` whenever the socket can accept
+more, writing at most `imqConnectionFlowCount` payload frames before its control frames.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sluiceway.core.destination import Queue
+from sluiceway.core.flow import ConnectionFlow, ConsumerFlow
+from sluiceway.core.message import Message
+from sluiceway.core.subscription import (
+    AckMode,
+    Delivery,
+    QueueSubscription,
+    Subscription,
+    TopicSubscription,
+)
+from sluiceway.core.transaction import Transaction
+from sluiceway.errors import BadRequest, Conflict, ResourceFull
+from sluiceway.naming import DestinationName
+
+if TYPE_CHECKING:
+    from sluiceway.core.broker import Broker
+
+
+class CoreConnection:
+    """One client connection as the broker core sees it."""
+
+    def __init__(
+        self, broker: Broker, number: int, flow: ConnectionFlow, on_ready: Callable[[], None]
+    ) -> None:
+        self.broker = broker
+        self.clock = broker.clock
+        self.number = number
+        self.flow = flow
+        self.subscriptions: dict[str, Subscription] = {}
+        self._by_number: dict[int, Subscription] = {}
+        self._next_subscription = 0
+        self._busy: deque[Subscription] = deque()  # subscriptions with staged messages, in turn
+        self._transactions: dict[str, Transaction] = {}
+        self._on_ready = on_ready
+        self.outstanding = 0  # messages given to this connection's subscriptions, not consumed
+        self.writable = True
+        self.unwritable_since: float | None = None
+        self.closed = False
+
+    # -- flow ----------------------------------------------------------------------------------
+
+    def can_stage(self) -> bool:
+        """Whether any subscription of this connection may be given a message now."""
+        if not self.writable or self.closed:
+            return False
+        flow = self.flow
+        return not flow.limit_enabled or self.outstanding < flow.limit
+
+    @property
+    def connection_limited(self) -> bool:
+        """True while the connection flow limit is what stops delivery."""
+        return self.flow.limit_enabled and self.outstanding >= self.flow.limit
+
+    def staged_one(self, subscription: Subscription) -> None:
+        self.outstanding += 1
+
+    def released(self, count: int) -> None:
+        """`count` messages left this connection's subscriptions (consumed or given back)."""
+        was_limited = self.connection_limited
+        self.outstanding -= count
+        if was_limited and not self.connection_limited:
+            self._refill_all()
+
+    def mark_busy(self, subscription: Subscription) -> None:
+        """`subscription` has staged messages now (it had none)."""
+        self._busy.append(subscription)
+        if len(self._busy) == 1 and self.writable:
+            self._on_ready()
+
+    def set_writable(self, writable: bool) -> None:
+        """The transport's write buffer went above its high-water mark (False) or drained (True)."""
+        if writable == self.writable:
+            return
+        self.writable = writable
+        if not writable:
+            self.unwritable_since = self.clock.monotonic()
+            return
+        self.unwritable_since = None
+        self._refill_all()
+        if self._busy:
+            self._on_ready()
+
+    @property
+    def has_pending_output(self) -> bool:
+        return bool(self._busy)
+
+    def take(self, limit: int) -> list[Delivery]:
+        """Up to `limit` (> 0) messages to write now, one per busy subscription in turn.
+
+        Within a connection the busy subscriptions are served round-robin, one message per turn,
+        as Open MQ serves the consumers of a session. A staged message that expired meanwhile is
+        dropped here and its window credit returned, so it can never leave a consumer stalled.
+        """
+        deliveries: list[Delivery] = []
+        if not self.writable:
+            return deliveries
+        busy = self._busy
+        now = self.clock.time_ms()
+        while busy and len(deliveries) < limit:
+            subscription = busy.popleft()
+            staged = subscription.staged
+            message = staged.popleft()
+            if staged:
+                busy.append(subscription)
+            if message.expires and message.expired(now):
+                subscription.drop_expired(message)
+                continue
+            deliveries.append(subscription.write(message))
+        return deliveries
+
+    def _refill_all(self) -> None:
+        for subscription in list(self.subscriptions.values()):
+            if subscription.window.has_credit():
+                subscription.refill()
+
+    # -- subscriptions -------------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        sub_id: str,
+        name: DestinationName,
+        ack_mode: AckMode,
+        *,
+        requested_limit: int,
+        threshold: int,
+        prefetch: bool,
+    ) -> Subscription:
+        """Create a subscription; it is given messages at once if any are waiting."""
+        if sub_id in self.subscriptions:
+            raise Conflict(
+                "subscription id in use",
+                f"this connection already has a subscription with id {sub_id!r}; "
+                "UNSUBSCRIBE it first or use another id",
+            )
+        limit = self.broker.config.max_subscriptions
+        if len(self.subscriptions) >= limit:
+            raise ResourceFull(
+                "too many subscriptions",
+                f"this connection already holds {limit} subscriptions, the limit set by "
+                "imq.stomp.max_subscriptions; unsubscribe some or use another connection",
+            )
+        destination = self.broker.registry.resolve(name)
+        flow = ConsumerFlow.negotiate(
+            requested_limit=requested_limit,
+            threshold=threshold,
+            prefetch=prefetch,
+            destination_limit=destination.settings.consumer_flow_limit,
+        )
+        self._next_subscription += 1
+        cls = QueueSubscription if isinstance(destination, Queue) else TopicSubscription
+        subscription = cls(
+            sub_id=sub_id,
+            number=self._next_subscription,
+            connection=self,
+            destination=destination,
+            ack_mode=ack_mode,
+            flow=flow,
+        )
+        self.subscriptions[sub_id] = subscription
+        self._by_number[subscription.number] = subscription
+        if isinstance(subscription, QueueSubscription):
+            subscription.queue.attach(subscription)
+        else:
+            subscription.topic.attach(subscription)
+        subscription.refill()
+        return subscription
+
+    def unsubscribe(self, sub_id: str) -> None:
+        subscription = self.subscriptions.pop(sub_id, None)
+        if subscription is None:
+            raise BadRequest(
+                "no such subscription",
+                f"UNSUBSCRIBE names subscription {sub_id!r}, which this connection does not have",
+            )
+        self._drop(subscription)
+
+    def _drop(self, subscription: Subscription) -> None:
+        del self._by_number[subscription.number]
+        if subscription.staged:
+            self._busy.remove(subscription)
+        subscription.close()
+
+    def subscription(self, sub_id: str) -> Subscription | None:
+        return self.subscriptions.get(sub_id)
+
+    def subscription_by_number(self, number: int) -> Subscription | None:
+        return self._by_number.get(number)
+
+    def find_unacked(self, message_id: str) -> Subscription | None:
+        """The subscription holding unacknowledged message `message_id` (STOMP 1.0 ACKs)."""
+        for subscription in self.subscriptions.values():
+            if message_id in subscription.unacked:
+                return subscription
+        return None
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def send(
+        self,
+        name: DestinationName,
+        body: bytes,
+        headers: tuple[tuple[str, str], ...],
+        *,
+        priority: int,
+        expires: int,
+        persistent: bool,
+        transaction: str | None = None,
+    ) -> Message:
+        """Accept a message for `name` (published now, or at COMMIT of `transaction`)."""
+        destination = self.broker.registry.resolve(name)
+        message = Message(
+            id=self.broker.new_message_id(),
+            destination=destination.name,
+            body=body,
+            headers=headers,
+            priority=priority,
+            expires=expires,
+            persistent=persistent,
+            timestamp=self.clock.time_ms(),
+        )
+        if transaction is None:
+            destination.publish(message)
+        else:
+            limit = self.broker.config.tx_producer_max_msgs
+            self._transaction(transaction).add_send(destination, message, limit)
+        return message
+
+    # -- acknowledging -------------------------------------------------------------------------
+
+    def ack(self, subscription: Subscription, message_id: str, transaction: str | None) -> int:
+        """Acknowledge `message_id` (and, with ack:client, every earlier one); return the count."""
+        messages = self._select(subscription, message_id, transaction, "ACK")
+        if transaction is None:
+            subscription.consumed(messages)
+        else:
+            self._transactions[transaction].add_ack(subscription, messages)
+        return len(messages)
+
+    def nack(self, subscription: Subscription, message_id: str, transaction: str | None) -> int:
+        """Refuse `message_id` (cumulatively with ack:client): it is delivered again."""
+        messages = self._select(subscription, message_id, transaction, "NACK")
+        if transaction is None:
+            subscription.give_back(messages, delivered=True)
+        else:
+            self._transactions[transaction].add_nack(subscription, messages)
+        return len(messages)
+
+    def _select(
+        self, subscription: Subscription, message_id: str, transaction: str | None, verb: str
+    ) -> list[Message]:
+        if subscription.ack_mode is AckMode.AUTO:
+            raise BadRequest(
+                f"{verb} on an auto-acknowledged subscription",
+                f"subscription {subscription.id!r} uses ack:auto, whose messages are consumed when "
+                f"written; subscribe with ack:client or ack:client-individual to {verb}",
+            )
+        if message_id not in subscription.unacked:
+            raise BadRequest(
+                f"{verb} for an unknown message",
+                f"{verb} names message {message_id!r}, which subscription {subscription.id!r} has "
+                "not delivered or which was already acknowledged",
+            )
+        if transaction is not None:
+            tx = self._transaction(transaction)
+            covered = self._covered(subscription, message_id)
+            tx.check_ack_room(covered, self.broker.config.tx_consumer_max_msgs)
+        selected = subscription.select(message_id)
+        assert selected is not None
+        return selected
+
+    @staticmethod
+    def _covered(subscription: Subscription, message_id: str) -> int:
+        if subscription.ack_mode is not AckMode.CLIENT:
+            return 1
+        for index, key in enumerate(subscription.unacked, start=1):
+            if key == message_id:
+                return index
+        return 0
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def begin(self, tx_id: str) -> None:
+        if tx_id in self._transactions:
+            raise BadRequest(
+                "transaction already begun",
+                f"transaction {tx_id!r} is already open on this connection; COMMIT or ABORT it "
+                "before beginning it again",
+            )
+        limit = self.broker.config.max_transactions
+        if len(self._transactions) >= limit:
+            raise ResourceFull(
+                "too many open transactions",
+                f"this connection already has {limit} open transactions, the limit set by "
+                "imq.stomp.max_transactions; commit or abort some first",
+            )
+        self._transactions[tx_id] = Transaction(tx_id)
+
+    def commit(self, tx_id: str) -> None:
+        self._transaction(tx_id)
+        self._transactions.pop(tx_id).commit()
+
+    def abort(self, tx_id: str) -> None:
+        self._transaction(tx_id)
+        self._transactions.pop(tx_id).abort()
+
+    def _transaction(self, tx_id: str) -> Transaction:
+        tx = self._transactions.get(tx_id)
+        if tx is None:
+            raise BadRequest(
+                "no such transaction",
+                f"transaction {tx_id!r} is not open on this connection; BEGIN it first",
+            )
+        return tx
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def reclaim_staged(self) -> int:
+        """Give the queues the messages staged here and not written (the client stalled)."""
+        count = 0
+        for subscription in list(self.subscriptions.values()):
+            if isinstance(subscription, QueueSubscription) and subscription.staged:
+                self._busy.remove(subscription)
+                count += subscription.reclaim_staged()
+        return count
+
+    def close(self) -> None:
+        """The client left: open transactions are aborted, unconsumed messages returned."""
+        if self.closed:
+            return
+        self.closed = True
+        for tx in list(self._transactions.values()):
+            tx.abort()
+        self._transactions.clear()
+        for subscription in list(self.subscriptions.values()):
+            del self.subscriptions[subscription.id]
+            self._drop(subscription)
+        self.broker.connection_closed(self)

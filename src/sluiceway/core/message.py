@@ -1,0 +1,39 @@
+"""A message held by the broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluiceway.naming import DestinationName
+
+DEFAULT_PRIORITY = 4  # JMS default priority; STOMP `priority` header, 0 (lowest) to 9 (highest)
+
+
+@dataclass(slots=True, eq=False)
+class Message:
+    """One message, shared (never copied) by every subscription it is delivered to.
+
+    `seq` is the message's position in its destination, increasing in arrival order; it orders
+    messages of one priority (FIFO) and puts a returned message back where it was.
+    `delivery_count` counts deliveries of a queue message (topic subscriptions count their own).
+    """
+
+    id: str
+    destination: DestinationName
+    body: bytes
+    # Application headers as the producer sent them (content-type included), in wire order.
+    headers: tuple[tuple[str, str], ...]
+    priority: int
+    expires: int  # milliseconds since the epoch; 0: never
+    persistent: bool
+    timestamp: int  # milliseconds since the epoch, when the broker accepted the message
+    seq: int = 0
+    delivery_count: int = 0
+
+    @property
+    def size(self) -> int:
+        """Body size in bytes: what byte limits count."""
+        return len(self.body)
+
+    def expired(self, now_ms: int) -> bool:
+        return self.expires != 0 and now_ms >= self.expires

@@ -1,0 +1,60 @@
+"""The broker's destinations, created by configuration or on first use."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sluiceway.config import BrokerConfig, DestinationSettings
+from sluiceway.core.clock import Clock
+from sluiceway.core.destination import Destination, Queue, Topic
+from sluiceway.core.store import MessageStore
+from sluiceway.errors import Forbidden, NotFound
+from sluiceway.naming import DestinationKind, DestinationName
+
+
+class DestinationRegistry:
+    """Looks destinations up by name, creating them on first use when `imq.autocreate.*` allows."""
+
+    def __init__(self, config: BrokerConfig, clock: Clock, store: MessageStore) -> None:
+        self._config = config
+        self._clock = clock
+        self._store = store
+        self._destinations: dict[DestinationName, Destination] = {}
+        for definition in config.destinations:
+            self.create(DestinationName(definition.kind, definition.name), definition.settings)
+
+    def __iter__(self) -> Iterator[Destination]:
+        return iter(list(self._destinations.values()))
+
+    def __len__(self) -> int:
+        return len(self._destinations)
+
+    def get(self, name: DestinationName) -> Destination | None:
+        return self._destinations.get(name)
+
+    def create(self, name: DestinationName, settings: DestinationSettings) -> Destination:
+        """Create destination `name` with `settings` (it must not exist yet)."""
+        assert name not in self._destinations
+        cls = Queue if name.kind is DestinationKind.QUEUE else Topic
+        destination = cls(name, settings, self._clock, self._store)
+        self._destinations[name] = destination
+        return destination
+
+    def resolve(self, name: DestinationName) -> Destination:
+        """The destination called `name`, created now if it is new and auto-creation is on."""
+        destination = self._destinations.get(name)
+        if destination is not None:
+            return destination
+        if name.is_system:
+            raise Forbidden(
+                "reserved destination name",
+                f"destination {name} cannot be created: names beginning with 'mq.' are reserved "
+                "for the broker",
+            )
+        if not self._config.autocreate_enabled(name.kind):
+            raise NotFound(
+                "no such destination",
+                f"destination {name} does not exist and imq.autocreate.{name.kind.value} is false; "
+                "an administrator must create it first",
+            )
+        return self.create(name, self._config.autocreate_settings(name.kind))

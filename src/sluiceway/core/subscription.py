@@ -1,0 +1,285 @@
+"""A subscription: one consumer's window, its staged messages and its unacknowledged ones.
+
+Messages move through a subscription in three steps. The destination *stages* a message (takes
+window credit; the message is now the subscription's); the connection *writes* it (a Delivery,
+rendered as a MESSAGE frame); the client *consumes* it (ACK, the COMMIT of a transaction that acked
+it, or, with `ack:auto`, the write itself). NACK, UNSUBSCRIBE and disconnect give messages back to
+the destination.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple
+
+from sluiceway.core.destination import Destination, Queue, Topic
+from sluiceway.core.flow import UNLIMITED_STAGING, ConsumerFlow, ConsumerWindow
+from sluiceway.core.message import Message
+from sluiceway.core.pending import PendingList
+
+if TYPE_CHECKING:
+    from sluiceway.core.connection import CoreConnection
+
+
+class AckMode(enum.Enum):
+    """STOMP acknowledgement modes (SUBSCRIBE `ack` header)."""
+
+    AUTO = "auto"  # consumed when written to the connection
+    CLIENT = "client"  # an ACK acknowledges every earlier message of the subscription too
+    CLIENT_INDIVIDUAL = "client-individual"  # an ACK acknowledges one message
+
+
+class Delivery(NamedTuple):
+    """One message written to one subscription; `delivery_count` is 1 on the first delivery."""
+
+    subscription: Subscription
+    message: Message
+    delivery_count: int
+
+
+class Subscription:
+    """Base of queue and topic subscriptions."""
+
+    __slots__ = (
+        "ack_mode",
+        "active",
+        "connection",
+        "destination",
+        "flow",
+        "id",
+        "number",
+        "paused_since",
+        "staged",
+        "unacked",
+        "window",
+    )
+
+    def __init__(
+        self,
+        *,
+        sub_id: str,
+        number: int,
+        connection: CoreConnection,
+        destination: Destination,
+        ack_mode: AckMode,
+        flow: ConsumerFlow,
+    ) -> None:
+        self.id = sub_id
+        self.number = number  # unique within the connection; part of STOMP 1.2 ack ids
+        self.connection = connection
+        self.destination = destination
+        self.ack_mode = ack_mode
+        self.flow = flow
+        self.window = ConsumerWindow(flow)
+        self.staged: deque[Message] = deque()  # bounded by the window (or UNLIMITED_STAGING)
+        self.unacked: dict[str, Message] = {}  # written, not consumed; in delivery order
+        self.active = True
+        self.paused_since: float | None = None  # monotonic time the window was used up
+        self._setup()
+
+    def _setup(self) -> None:
+        """Per-kind state; called at the end of __init__."""
+
+    # -- readiness ---------------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """May the destination stage another message here now?"""
+        if not self.active:
+            return False
+        window = self.window
+        if window.limit > 0:
+            if window.credit <= 0:
+                return False
+        elif len(self.staged) >= UNLIMITED_STAGING:
+            return False
+        return self.connection.can_stage()
+
+    # -- the three steps ---------------------------------------------------------------------
+
+    def stage(self, message: Message) -> None:
+        """The destination gives this subscription `message`."""
+        self.window.take()
+        if self.window.paused:
+            self.paused_since = self.connection.clock.monotonic()
+        self.connection.staged_one(self)
+        self.staged.append(message)
+        if len(self.staged) == 1:
+            self.connection.mark_busy(self)
+
+    def write(self, message: Message) -> Delivery:
+        """`message`, taken from `staged`, is being written to the client."""
+        count = self.count_delivery(message)
+        self.destination.stats.delivered(message)
+        if self.ack_mode is AckMode.AUTO:
+            self.consumed((message,))
+        else:
+            self.unacked[message.id] = message
+        return Delivery(self, message, count)
+
+    def consumed(self, messages: Iterable[Message]) -> None:
+        """The client consumed `messages` (already removed from `unacked`)."""
+        count = 0
+        for message in messages:
+            self.forget(message)
+            self.destination.consumed(message)
+            count += 1
+        self.release(count)
+
+    def give_back(self, messages: list[Message], *, delivered: bool) -> None:
+        """Return `messages` to the destination (NACK, abort, disconnect, reclaim)."""
+        if not messages:
+            return
+        self.return_to_source(messages, delivered=delivered)
+        self.release(len(messages))
+
+    def drop_expired(self, message: Message) -> None:
+        """A staged message expired before it could be written: never deliver it."""
+        self.destination.expired(message)
+        self.release(1)
+
+    def release(self, count: int) -> None:
+        """`count` messages left this subscription's window."""
+        if count == 0:
+            return
+        self.connection.released(count)
+        if self.window.release(count):
+            self.paused_since = None
+            if self.active:
+                self.refill()
+
+    # -- acknowledgement helpers ---------------------------------------------------------------
+
+    def select(self, message_id: str) -> list[Message] | None:
+        """Remove and return the messages an ACK or NACK of `message_id` covers, or None.
+
+        `ack:client` is cumulative: it covers every earlier unacknowledged message of this
+        subscription too (STOMP 1.2, "SUBSCRIBE ack Header").
+        """
+        unacked = self.unacked
+        if message_id not in unacked:
+            return None
+        if self.ack_mode is not AckMode.CLIENT:
+            return [unacked.pop(message_id)]
+        selected: list[Message] = []
+        for key in list(unacked):
+            selected.append(unacked.pop(key))
+            if key == message_id:
+                break
+        return selected
+
+    def close(self) -> None:
+        """Detach; every staged and unacknowledged message goes back to the destination."""
+        self.active = False
+        staged = list(self.staged)
+        self.staged.clear()
+        unacked = list(self.unacked.values())
+        self.unacked.clear()
+        self.give_back(staged, delivered=False)
+        self.give_back(unacked, delivered=True)
+        self.detach()
+
+    def reclaim_staged(self) -> int:
+        """Give staged, unwritten messages back so other consumers can have them."""
+        staged = list(self.staged)
+        self.staged.clear()
+        self.give_back(staged, delivered=False)
+        return len(staged)
+
+    # -- per kind ------------------------------------------------------------------------------
+
+    def refill(self) -> None:
+        """The window has room again: ask the destination for more."""
+        raise NotImplementedError
+
+    def return_to_source(self, messages: list[Message], *, delivered: bool) -> None:
+        """Hand `messages` back to where they came from for delivery again."""
+        raise NotImplementedError
+
+    def detach(self) -> None:
+        """Leave the destination."""
+        raise NotImplementedError
+
+    def count_delivery(self, message: Message) -> int:
+        """Record one more delivery of `message`; return its delivery number (1 = first)."""
+        raise NotImplementedError
+
+    def forget(self, message: Message) -> None:
+        """`message` was consumed: drop any per-message bookkeeping."""
+
+
+class QueueSubscription(Subscription):
+    """A consumer of a queue: the queue's shared pending list feeds it."""
+
+    __slots__ = ("queue",)
+
+    def _setup(self) -> None:
+        assert isinstance(self.destination, Queue)
+        self.queue = self.destination
+
+    def refill(self) -> None:
+        self.queue.refill(self)
+
+    def return_to_source(self, messages: list[Message], *, delivered: bool) -> None:
+        self.queue.give_back(messages, delivered=delivered)
+
+    def detach(self) -> None:
+        self.queue.detach(self)
+
+    def count_delivery(self, message: Message) -> int:
+        # A queue message belongs to one consumer at a time, so the count lives on the message
+        # and follows it to the next consumer after a NACK.
+        message.delivery_count += 1
+        return message.delivery_count
+
+
+class TopicSubscription(Subscription):
+    """A subscriber of a topic, with its own pending list (messages sent while it was present)."""
+
+    __slots__ = ("_returned", "pending", "topic")
+
+    def _setup(self) -> None:
+        assert isinstance(self.destination, Topic)
+        self.topic = self.destination
+        self.pending = PendingList()
+        # Message id -> deliveries given back, for the few messages NACKed on this subscription;
+        # a topic message is shared by all subscribers, so its own count cannot be used.
+        self._returned: dict[str, int] = {}
+
+    def count_delivery(self, message: Message) -> int:
+        return self._returned.get(message.id, 0) + 1 if self._returned else 1
+
+    def forget(self, message: Message) -> None:
+        if self._returned:
+            self._returned.pop(message.id, None)
+
+    def refill(self) -> None:
+        self.fill()
+
+    def return_to_source(self, messages: list[Message], *, delivered: bool) -> None:
+        if not self.active:
+            return  # a departing subscriber's messages leave with it
+        for message in messages:
+            self.pending.restore(message)
+            if delivered:
+                self._returned[message.id] = self._returned.get(message.id, 0) + 1
+        if delivered:
+            self.topic.stats.redelivered += len(messages)
+        self.fill()
+
+    def detach(self) -> None:
+        self.topic.detach(self)
+        self.pending.clear()
+
+    def fill(self) -> None:
+        """Stage messages from this subscriber's own pending list while its window allows."""
+        pending = self.pending
+        now = self.connection.clock.time_ms()
+        while pending and self.ready():
+            message = pending.pop()
+            assert message is not None
+            if message.expires and message.expired(now):
+                self.destination.expired(message)
+                continue
+            self.stage(message)

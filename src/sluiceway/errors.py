@@ -1,0 +1,109 @@
+"""One error tree for the whole project.
+
+Every error a user can see says what was wrong, which limit or input caused it, and what to do.
+Broker errors carry the Open MQ status code that goes into the `status` header of a STOMP ERROR
+frame (400 bad request, 403 forbidden, 404 not found, 409 conflict, 414 resource full, 423 entity
+too large, 500 internal).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Status(IntEnum):
+    """Open MQ status codes, as carried by the `status` header of an ERROR frame."""
+
+    BAD_REQUEST = 400
+    FORBIDDEN = 403
+    NOT_FOUND = 404
+    CONFLICT = 409
+    RESOURCE_FULL = 414
+    ENTITY_TOO_LARGE = 423
+    INTERNAL = 500
+
+
+class SluicewayError(Exception):
+    """Root of every error raised by Sluiceway."""
+
+
+class ConfigError(SluicewayError):
+    """A configuration property is unknown or has a value it cannot take.
+
+    `name` is the property's name as the user wrote it; the message says which values are
+    accepted.
+    """
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class ProtocolError(SluicewayError):
+    """The STOMP byte stream or frame sequence is invalid."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer broke the protocol: its bytes or frames cannot be accepted.
+
+    The connection cannot go on; the receiver answers with an ERROR frame (when it is the broker)
+    and closes.
+    """
+
+
+class FrameLimitExceeded(RemoteProtocolError):
+    """A frame exceeded a configured size limit (frame size, header count or header length).
+
+    `limit` is the name of the configuration property that sets the limit, `value` its value.
+    """
+
+    def __init__(self, message: str, *, limit: str, value: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value
+
+
+class LocalProtocolError(ProtocolError):
+    """This side tried to send something the protocol does not allow (a bug on our side)."""
+
+
+class BrokerError(SluicewayError):
+    """A client request the broker refuses, with the status code that goes on the wire.
+
+    `summary` is the short text for the ERROR frame's `message` header; the exception's own text is
+    the full explanation that goes in the ERROR frame's body.
+    """
+
+    status: Status = Status.INTERNAL
+
+    def __init__(self, summary: str, detail: str | None = None) -> None:
+        super().__init__(detail if detail is not None else summary)
+        self.summary = summary
+
+
+class BadRequest(BrokerError):
+    status = Status.BAD_REQUEST
+
+
+class Forbidden(BrokerError):
+    status = Status.FORBIDDEN
+
+
+class NotFound(BrokerError):
+    status = Status.NOT_FOUND
+
+
+class Conflict(BrokerError):
+    status = Status.CONFLICT
+
+
+class ResourceFull(BrokerError):
+    status = Status.RESOURCE_FULL
+
+
+class EntityTooLarge(BrokerError):
+    status = Status.ENTITY_TOO_LARGE
+
+
+class InternalError(BrokerError):
+    status = Status.INTERNAL

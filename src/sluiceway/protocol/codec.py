@@ -1,0 +1,548 @@
+"""STOMP 1.0, 1.1 and 1.2 frame decoding and encoding, free of any I/O.
+
+The decoder is fed bytes as they arrive (`FrameDecoder.receive_data`) and hands back complete
+events on request (`FrameDecoder.next_event`); the encoder turns a `Frame` into the bytes to send.
+Neither touches sockets, threads or an event loop, so the same code serves the broker, the client
+and the tests.
+
+Wire format (STOMP 1.2, "STOMP Frames" and "Augmented BNF"):
+
+    COMMAND EOL
+    *( header-name ":" header-value EOL )
+    EOL
+    body NUL
+    *( EOL )
+
+* EOL is LF, optionally preceded by CR.
+* The command is one or more upper-case ASCII letters. Whether the command is one the receiver
+  understands is for the session to judge, not the codec.
+* A header line is split at its first colon; everything after it, colons included, is the value.
+  Names and values are UTF-8. When a name repeats only its first value counts ("Repeated Header
+  Entries").
+* Value encoding: STOMP 1.2 escapes CR, LF, colon and backslash in names and values as `\\r`,
+  `\\n`, `\\c` and `\\\\`; STOMP 1.1 has the same escapes except `\\r`; STOMP 1.0 has no escapes.
+  Any other backslash sequence is a fatal protocol error. CONNECT, STOMP and CONNECTED frames are
+  never escaped, whatever the version, so that peers can read them before a version is agreed.
+* With a `content-length` header the body is exactly that many octets (it may contain NUL) and
+  must be followed by a NUL; without one the body runs up to the first NUL.
+* An EOL received between frames is a heart-beat ("Heart-beating"); that includes the EOLs a peer
+  may send after a frame's NUL.
+
+Leniencies and choices:
+
+* A CR before LF is accepted, and dropped, in every version, not only in STOMP 1.2: STOMP 1.0 and
+  1.1 peers that end lines with CRLF would otherwise see every value end in CR. In return a value
+  cannot end in CR in 1.0 and 1.1, so the encoder refuses to send a CR in those versions.
+* A colon inside a value is accepted unescaped in every version, since the first colon of the
+  line is the one that separates name and value. A CR that does not end a line, and a NUL, are
+  kept as part of the name or value they appear in.
+* Before the version is negotiated (`version=None`) the rules of STOMP 1.2 apply.
+
+Limits (STOMP 1.2, "Size Limits", lets a server bound what it accepts). The decoder enforces the
+frame size, the number of header lines and the length of each line, each as soon as the bytes
+received prove it exceeded, so a peer can never make the decoder hold more than the limits allow.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from sluiceway.errors import FrameLimitExceeded, LocalProtocolError, RemoteProtocolError
+from sluiceway.protocol.frames import (
+    HEARTBEAT,
+    UNESCAPED_COMMANDS,
+    Frame,
+    HeartBeat,
+    StompVersion,
+)
+
+# A 70 MiB body (Open MQ's imq.message.max_size default) plus a 2 MiB header block.
+DEFAULT_MAX_FRAME_SIZE: Final = 72 * 1024 * 1024
+# Far more than the standard headers plus the properties real applications set on a message.
+DEFAULT_MAX_HEADER_COUNT: Final = 256
+# 8 KiB per line, so the header block is at most 256 x 8 KiB = 2 MiB.
+DEFAULT_MAX_HEADER_LENGTH: Final = 8 * 1024
+
+# A heart-beat is a single EOL; LF alone is valid in every version.
+HEARTBEAT_BYTES: Final = b"\n"
+
+_FRAME_SIZE: Final = "imq.stomp.max_frame_size"
+_HEADER_COUNT: Final = "imq.stomp.max_header_count"
+_HEADER_LENGTH: Final = "imq.stomp.max_header_length"
+
+_LF: Final = 0x0A
+_CR: Final = 0x0D
+_NUL: Final = 0x00
+
+# Once this many consumed bytes sit at the front of the buffer they are dropped; doing it per
+# frame would copy the rest of the buffer once per frame.
+_COMPACT_AT: Final = 64 * 1024
+
+# How much of a rejected input an error message quotes.
+_QUOTE_LIMIT: Final = 40
+
+# Decoder states.
+_IDLE: Final = 0  # between frames: EOLs are heart-beats, anything else starts a frame
+_HEAD: Final = 1  # reading the command line and the header lines
+_BODY: Final = 2  # reading the body up to its NUL
+
+# Value decoding (STOMP 1.2 and 1.1, "Value Encoding"): the sequences each version defines.
+_UNESCAPES_1_2: Final = {"r": "\r", "n": "\n", "c": ":", "\\": "\\"}
+_UNESCAPES_1_1: Final = {"n": "\n", "c": ":", "\\": "\\"}
+# A backslash and whatever follows it: one character, or nothing at the end of the text.
+_ESCAPE_SEQUENCE: Final = re.compile(r"\\(.?)", re.DOTALL)
+
+
+def _quote(data: bytes | bytearray | str) -> str:
+    """`data` as a repr, cut to a readable length, for error messages."""
+    if len(data) <= _QUOTE_LIMIT:
+        return repr(bytes(data) if isinstance(data, bytearray) else data)
+    head = data[:_QUOTE_LIMIT]
+    return repr(bytes(head) if isinstance(head, bytearray) else head) + "..."
+
+
+def _unescape(text: str, table: dict[str, str], command: str) -> str:
+    """Decode the escape sequences of `text`; an undefined one is fatal (STOMP 1.2)."""
+
+    def replace(match: re.Match[str]) -> str:
+        decoded = table.get(match.group(1))
+        if decoded is None:
+            raise RemoteProtocolError(
+                f"undefined escape sequence {match.group(0)!r} in header {_quote(text)} of a "
+                f"{command} frame; the escapes allowed here are "
+                + ", ".join(repr("\\" + key) for key in table)
+            )
+        return decoded
+
+    return _ESCAPE_SEQUENCE.sub(replace, text)
+
+
+class FrameDecoder:
+    """Turns a STOMP byte stream into `Frame` and `HeartBeat` events.
+
+    Feed bytes with `receive_data`, then call `next_event` until it returns None. After a
+    `RemoteProtocolError` the decoder is poisoned: every later `next_event` raises it again.
+    `version` may be changed between events; it applies from the next frame on.
+    """
+
+    __slots__ = (
+        "_body_length",
+        "_buf",
+        "_command",
+        "_error",
+        "_frame_start",
+        "_header_count",
+        "_headers",
+        "_max_frame_size",
+        "_max_header_count",
+        "_max_header_length",
+        "_pos",
+        "_scan",
+        "_state",
+        "_unescapes",
+        "version",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_header_count: int = DEFAULT_MAX_HEADER_COUNT,
+        max_header_length: int = DEFAULT_MAX_HEADER_LENGTH,
+        version: StompVersion | None = None,
+    ) -> None:
+        self._max_frame_size = max_frame_size
+        self._max_header_count = max_header_count
+        self._max_header_length = max_header_length
+        self.version = version
+        self._buf = bytearray()
+        self._pos = 0  # first byte not yet parsed
+        self._scan = 0  # where the search for the next LF or NUL resumes
+        self._state = _IDLE
+        self._frame_start = 0  # first byte of the frame being read
+        self._command: str | None = None
+        self._headers: dict[str, str] = {}
+        self._header_count = 0
+        self._unescapes: dict[str, str] | None = None
+        self._body_length: int | None = None
+        self._error: RemoteProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet turned into events (a partial frame counts whole)."""
+        start = self._pos if self._state == _IDLE else self._frame_start
+        return len(self._buf) - start
+
+    def receive_data(self, data: bytes) -> None:
+        """Buffer `data` for later parsing. Never parses and never raises."""
+        if self._error is not None or not data:
+            return  # a poisoned stream is never parsed again, so its bytes need not be kept
+        buf = self._buf
+        keep = self._pos if self._state == _IDLE else self._frame_start
+        if keep == len(buf):
+            buf.clear()
+            self._pos = self._scan = self._frame_start = 0
+        elif keep >= _COMPACT_AT:
+            del buf[:keep]
+            self._pos -= keep
+            self._scan -= keep
+            self._frame_start -= keep
+        buf += data
+
+    def next_event(self) -> Frame | HeartBeat | None:
+        """The next complete frame or heart-beat, or None when more bytes are needed."""
+        if self._error is not None:
+            raise self._error.with_traceback(None)
+        try:
+            if self._state == _IDLE:
+                return self._read_idle()
+            if self._state == _HEAD:
+                return self._read_head()
+            return self._read_body()
+        except RemoteProtocolError as exc:
+            self._error = exc
+            raise
+
+    def _read_idle(self) -> Frame | HeartBeat | None:
+        """Between frames: an EOL is a heart-beat, any other byte starts a frame."""
+        buf = self._buf
+        pos = self._pos
+        if pos >= len(buf):
+            return None
+        first = buf[pos]
+        if first == _LF:
+            self._pos = pos + 1
+            return HEARTBEAT
+        if first == _CR:
+            if pos + 1 == len(buf):
+                return None  # CR alone: wait to see whether LF follows
+            if buf[pos + 1] == _LF:
+                self._pos = pos + 2
+                return HEARTBEAT
+        self._state = _HEAD
+        self._frame_start = self._scan = pos
+        self._command = None
+        self._headers = {}
+        self._header_count = 0
+        return self._read_head()
+
+    def _read_head(self) -> Frame | None:
+        """Parse the command line and header lines, as far as the buffered lines go."""
+        buf = self._buf
+        pos = self._pos
+        scan = self._scan
+        max_line = self._max_header_length
+        # A LF at or past this index may prove the frame too large: after it come at least a NUL
+        # and, unless it ends the blank line, the blank line's LF.
+        too_far = self._frame_start + self._max_frame_size - 2
+        while True:
+            # A line within the limit has its LF at most max_line + 1 bytes after its start (room
+            # for a CR), so the search never looks further than the limit allows.
+            lf = buf.find(b"\n", scan, pos + max_line + 2)
+            if lf < 0:
+                self._pos = pos
+                self._scan = len(buf)  # the bytes searched so far hold no LF
+                self._check_partial_line()
+                return None
+            end = lf - 1 if lf > pos and buf[lf - 1] == _CR else lf
+            if end - pos > max_line or lf >= too_far:
+                self._check_line(pos, end, lf)
+            if end == pos and self._command is not None:
+                self._pos = self._scan = lf + 1
+                return self._end_head()
+            if self._command is None:
+                self._set_command(buf[pos:end])
+            else:
+                self._add_header(buf[pos:end])
+            pos = scan = lf + 1
+
+    def _check_line(self, start: int, end: int, lf: int) -> None:
+        """Enforce the line length and frame size limits on a complete line."""
+        if end - start > self._max_header_length:
+            self._raise_line_length(start)
+        # The frame holds the bytes up to this LF, then at least a NUL, and a blank line first
+        # unless this line is the blank one.
+        blank = start == end and self._command is not None
+        least = lf + (2 if blank else 3) - self._frame_start
+        if least > self._max_frame_size:
+            self._raise_frame_size(least, exact=False)
+
+    def _check_partial_line(self) -> None:
+        """Enforce every limit on the line still waiting for its EOL."""
+        buf = self._buf
+        length = len(buf) - self._pos
+        if length and buf[-1] == _CR:
+            length -= 1  # may be the CR of a CRLF, which the line length excludes
+        if length > self._max_header_length:
+            self._raise_line_length(self._pos)
+        if length and self._command is not None:
+            self._check_header_count()  # a non-empty line here can only be one more header
+        # Everything buffered belongs to this frame, which still needs at least a NUL and the
+        # LF of the blank line, plus this line's LF if the line is not the blank one.
+        least = len(buf) - self._frame_start + (3 if length else 2)
+        if least > self._max_frame_size:
+            self._raise_frame_size(least, exact=False)
+
+    def _raise_line_length(self, start: int) -> None:
+        """Refuse the line starting at `start`, giving its length if its EOL has arrived."""
+        buf = self._buf
+        lf = buf.find(b"\n", start)  # the search for the LF stopped at the limit; look further
+        if lf < 0:
+            length = len(buf) - start - (1 if buf[-1] == _CR else 0)
+            amount = f"more than {self._max_header_length} bytes ({length} received so far)"
+        else:
+            end = lf - 1 if lf > start and buf[lf - 1] == _CR else lf
+            amount = f"{end - start} bytes"
+        what = "command" if self._command is None else "header"
+        raise FrameLimitExceeded(
+            f"{what} line of {amount} exceeds the limit of {self._max_header_length} bytes "
+            f"({_HEADER_LENGTH})",
+            limit=_HEADER_LENGTH,
+            value=self._max_header_length,
+        )
+
+    def _check_header_count(self) -> None:
+        if self._header_count >= self._max_header_count:
+            raise FrameLimitExceeded(
+                f"{self._command} frame with more than {self._max_header_count} header lines "
+                f"exceeds the limit of {self._max_header_count} ({_HEADER_COUNT})",
+                limit=_HEADER_COUNT,
+                value=self._max_header_count,
+            )
+
+    def _raise_frame_size(self, size: int, *, exact: bool) -> None:
+        amount = f"{size} bytes" if exact else f"at least {size} bytes"
+        raise FrameLimitExceeded(
+            f"frame of {amount} exceeds the limit of {self._max_frame_size} bytes ({_FRAME_SIZE})",
+            limit=_FRAME_SIZE,
+            value=self._max_frame_size,
+        )
+
+    def _set_command(self, line: bytearray) -> None:
+        """Check the command line and choose the value decoding its frame uses."""
+        # STOMP 1.2, "Augmented BNF", lists upper-case commands only. Any upper-case word passes
+        # here: whether the command is one this side understands is for the session to say.
+        if not (line.isalpha() and line.isupper()):
+            raise RemoteProtocolError(
+                f"malformed command line {_quote(line)}: a STOMP command is one or more "
+                "upper-case letters A-Z"
+            )
+        command = line.decode("ascii")
+        self._command = command
+        version = self.version
+        if command in UNESCAPED_COMMANDS or version is StompVersion.V1_0:
+            self._unescapes = None
+        elif version is StompVersion.V1_1:
+            self._unescapes = _UNESCAPES_1_1
+        else:
+            self._unescapes = _UNESCAPES_1_2
+
+    def _add_header(self, line: bytearray) -> None:
+        """Parse one `name:value` line into the current frame's headers."""
+        if self._header_count >= self._max_header_count:
+            self._check_header_count()
+        self._header_count += 1
+        try:
+            text = line.decode()
+        except UnicodeDecodeError:
+            raise self._bad_header(line, "is not valid UTF-8") from None
+        # The first colon separates name and value; later ones belong to the value.
+        name, colon, value = text.partition(":")
+        if not (colon and name):
+            raise self._bad_header(line, "has an empty name" if colon else "has no colon")
+        table = self._unescapes
+        if table is not None and "\\" in text:
+            name = _unescape(name, table, self._command or "")
+            value = _unescape(value, table, self._command or "")
+        # STOMP 1.2, "Repeated Header Entries": only the first value counts.
+        self._headers.setdefault(name, value)
+
+    def _bad_header(self, line: bytearray, problem: str) -> RemoteProtocolError:
+        return RemoteProtocolError(
+            f"header line {_quote(line)} of a {self._command} frame {problem}; "
+            "a header line is name:value, in UTF-8"
+        )
+
+    def _end_head(self) -> Frame | None:
+        """After the blank line: work out how the body ends, then read it."""
+        raw_length = self._headers.get("content-length")
+        if raw_length is None:
+            self._body_length = None
+        else:
+            length = self._parse_content_length(raw_length)
+            size = self._pos - self._frame_start + length + 1
+            if size > self._max_frame_size:
+                self._raise_frame_size(size, exact=True)
+            self._body_length = length
+        self._state = _BODY
+        return self._read_body()
+
+    def _parse_content_length(self, raw: str) -> int:
+        # STOMP 1.2, "Header content-length": the octet count of the body, in decimal.
+        if not (raw.isascii() and raw.isdigit()):
+            raise RemoteProtocolError(
+                f"content-length {_quote(raw)} of a {self._command} frame is not a "
+                "non-negative decimal integer"
+            )
+        digits = raw.lstrip("0") or "0"
+        if len(digits) > len(str(self._max_frame_size)):
+            # Too long to be within the limit; also keeps int() away from huge digit strings.
+            raise FrameLimitExceeded(
+                f"frame with a content-length of {len(digits)} digits exceeds the limit of "
+                f"{self._max_frame_size} bytes ({_FRAME_SIZE})",
+                limit=_FRAME_SIZE,
+                value=self._max_frame_size,
+            )
+        return int(digits)
+
+    def _read_body(self) -> Frame | None:
+        """Read the body and its terminating NUL, once they have all arrived."""
+        buf = self._buf
+        start = self._pos
+        length = self._body_length
+        if length is None:
+            # No content-length: the body ends at the first NUL, which must fall within the limit.
+            limit = self._frame_start + self._max_frame_size
+            nul = buf.find(b"\0", self._scan, limit)
+            if nul < 0:
+                if len(buf) >= limit:
+                    self._raise_frame_size(self._max_frame_size + 1, exact=False)
+                self._scan = len(buf)  # never search the same bytes twice
+                return None
+            end = nul
+        else:
+            end = start + length
+            if len(buf) <= end:
+                return None
+            if buf[end] != _NUL:
+                raise RemoteProtocolError(
+                    f"{self._command} frame body longer than its content-length of {length} "
+                    f"bytes: byte {_quote(buf[end : end + 1])} follows the body instead of NUL"
+                )
+        with memoryview(buf) as view:
+            body = view[start:end].tobytes()
+        self._pos = end + 1
+        self._state = _IDLE
+        return Frame(self._command or "", self._headers, body)
+
+
+# Value encoding (STOMP 1.2 and 1.1, "Value Encoding"): every character that needs an escape.
+_SPECIAL: Final = ("\\", "\n", "\r", ":")
+
+
+# Backslashes are escaped first, so that those the other escapes add are not doubled again.
+def _escape_1_2(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
+
+
+def _escape_1_1(text: str) -> str:
+    # STOMP 1.1 has no escape for CR; _escaped_lines refuses a CR before this is called.
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+
+
+def _has_special(text: str, specials: tuple[str, ...]) -> bool:
+    # A plain loop: a generator passed to any() costs more than the searches themselves.
+    for char in specials:  # noqa: SIM110
+        if char in text:
+            return True
+    return False
+
+
+def _refuse(command: str, name: str, part: str, what: str, where: str) -> LocalProtocolError:
+    return LocalProtocolError(
+        f"header {_quote(name)} of a {command} frame cannot be sent: its {part} contains "
+        f"{what}, which {where} cannot carry"
+    )
+
+
+def _escaped_lines(command: str, headers: dict[str, str], version: StompVersion | None) -> str:
+    """The header lines of a 1.1 or 1.2 frame whose names or values need escapes."""
+    escape = _escape_1_2
+    if version is StompVersion.V1_1:
+        escape = _escape_1_1
+        for name, value in headers.items():
+            if "\r" in name or "\r" in value:
+                part = "name" if "\r" in name else "value"
+                raise _refuse(command, name, part, "a carriage return", "STOMP 1.1")
+    # Escape every name and value in one pass: NUL stands for the end of a line and SOH for the
+    # colon, since escaping leaves both alone. Only when no name or value holds either of them.
+    text = "\0".join(map("\1".join, headers.items()))
+    if text.count("\0") == len(headers) - 1 and text.count("\1") == len(headers):
+        return escape(text).replace("\1", ":").replace("\0", "\n") + "\n"
+    return "".join(f"{escape(name)}:{escape(value)}\n" for name, value in headers.items())
+
+
+def _check_raw(command: str, headers: dict[str, str], version: StompVersion | None) -> None:
+    """Refuse names and values that an unescaped frame cannot carry."""
+    where = "STOMP 1.0" if version is StompVersion.V1_0 else f"an unescaped {command} frame"
+    for name, value in headers.items():
+        for char, label in (("\n", "a line feed"), ("\r", "a carriage return")):
+            if char in name:
+                raise _refuse(command, name, "name", label, where)
+            if char in value:
+                raise _refuse(command, name, "value", label, where)
+        if ":" in name:
+            raise _refuse(command, name, "name", "a colon", where)
+
+
+def _header_lines(command: str, headers: dict[str, str], version: StompVersion | None) -> str:
+    """All header lines of a frame, each ending in LF, escaped as `version` requires."""
+    if not headers:
+        return ""
+    names = "".join(headers)
+    values = "".join(headers.values())
+    if command in UNESCAPED_COMMANDS or version is StompVersion.V1_0:
+        if _has_special(names, ("\n", "\r", ":")) or _has_special(values, ("\n", "\r")):
+            _check_raw(command, headers, version)
+    elif _has_special(names, _SPECIAL) or _has_special(values, _SPECIAL):
+        return _escaped_lines(command, headers, version)
+    return "\n".join(map(":".join, headers.items())) + "\n"
+
+
+def _content_length_line(frame: Frame) -> str:
+    """The content-length line to add, if any; refuse a declared length that is wrong."""
+    body_length = len(frame.body)
+    declared = frame.headers.get("content-length")
+    if declared is None:
+        # Without content-length a body that contains NUL would end early on the receiving side.
+        return f"content-length:{body_length}\n" if body_length else ""
+    if not (declared.isascii() and declared.isdigit()) or int(declared) != body_length:
+        raise LocalProtocolError(
+            f"{frame.command} frame declares content-length {_quote(declared)} but its body "
+            f"has {body_length} bytes"
+        )
+    return ""
+
+
+def encode_frame(frame: Frame, version: StompVersion | None = None) -> bytes:
+    """The wire bytes of `frame` for a peer speaking `version` (None: STOMP 1.2).
+
+    Lines end in LF alone. A non-empty body without a content-length header gets one, as the
+    last header. Raises LocalProtocolError for anything `version` cannot carry.
+    """
+    command = frame.command
+    if not (command.isascii() and command.isalpha() and command.isupper()):
+        raise LocalProtocolError(
+            f"cannot send command {_quote(command)}: a STOMP command is one or more upper-case "
+            "letters A-Z"
+        )
+    head = f"{command}\n{_header_lines(command, frame.headers, version)}"
+    head += _content_length_line(frame) + "\n"
+    try:
+        encoded = head.encode()
+    except UnicodeEncodeError:
+        raise _unencodable(frame) from None
+    return b"".join((encoded, frame.body, b"\0"))
+
+
+def _unencodable(frame: Frame) -> LocalProtocolError:
+    """The error for a frame whose header names or values have no UTF-8 form (lone surrogates)."""
+    for name, value in frame.headers.items():
+        for part, text in (("name", name), ("value", value)):
+            try:
+                text.encode()
+            except UnicodeEncodeError as exc:
+                bad = text[exc.start : exc.end]
+                return _refuse(frame.command, name, part, repr(bad), "UTF-8")
+    return LocalProtocolError(f"{frame.command} frame cannot be encoded as UTF-8")

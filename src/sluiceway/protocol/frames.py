@@ -1,0 +1,66 @@
+"""STOMP frame values, shared by the codec, the broker and the client.
+
+A frame is a command, headers and a body. Headers are kept in a dict in wire order; when a header
+name repeats on the wire only the first value is kept, as STOMP 1.2 requires ("only the first
+header entry SHOULD be used as the value").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class StompVersion(Enum):
+    """The protocol versions the codec speaks; they differ in header escaping and line endings."""
+
+    V1_0 = "1.0"
+    V1_1 = "1.1"
+    V1_2 = "1.2"
+
+
+# Commands a client may send, and those a server may send (STOMP 1.2, "Client Frames" and
+# "Server Frames"). The codec accepts any upper-case command; the session checks these.
+CLIENT_COMMANDS = frozenset(
+    {
+        "CONNECT",
+        "STOMP",
+        "SEND",
+        "SUBSCRIBE",
+        "UNSUBSCRIBE",
+        "ACK",
+        "NACK",
+        "BEGIN",
+        "COMMIT",
+        "ABORT",
+        "DISCONNECT",
+    }
+)
+SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
+
+# CONNECT, STOMP and CONNECTED headers are never escaped, to stay readable by STOMP 1.0 peers.
+UNESCAPED_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
+
+# Only these frames may carry a body (STOMP 1.2, "Body").
+BODY_COMMANDS = frozenset({"SEND", "MESSAGE", "ERROR"})
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One STOMP frame. `headers` keeps wire order; the first of repeated names wins."""
+
+    command: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The value of header `name`, or `default` when the frame does not carry it."""
+        return self.headers.get(name, default)
+
+
+@dataclass(frozen=True, slots=True)
+class HeartBeat:
+    """An end-of-line received between frames: a STOMP heart-beat."""
+
+
+HEARTBEAT = HeartBeat()

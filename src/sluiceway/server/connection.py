@@ -1,0 +1,294 @@
+"""The asyncio side of one client connection: socket bytes to the session and back.
+
+It honours the transport's write watermarks (`imq.stomp.write.high_water` / `low_water`): above
+the high-water mark the core stops giving this connection messages, so a client that stops
+reading costs at most the watermark, never the broker's memory. Reading is paused only when
+control frames (which are never held back) pile up past four times the high-water mark, which
+takes a client that keeps sending receipt requests without reading the replies.
+
+Flow metering: each turn of the pump writes pending control frames, then at most
+`connection-flow-count` MESSAGE frames, then yields to the event loop, so incoming frames are read
+and their RECEIPTs written before the next batch of messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sluiceway.errors import BadRequest, BrokerError, InternalError
+from sluiceway.server.session import SessionState, StompSession
+
+if TYPE_CHECKING:
+    from sluiceway.server.stomp_server import StompServer
+
+log = logging.getLogger(__name__)
+
+UNMETERED_TURN = 256  # with connection-flow-count 0, still yield to other connections this often
+WRITE_CHUNK = 32  # frames taken per write, so the high-water mark is noticed within a chunk
+CLOSE_LINGER_S = 5.0  # after an ERROR, how long a client that does not read may keep the socket
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionInfo:
+    """A snapshot of one connection, for operators and tests."""
+
+    number: int  # the core connection number (0 before CONNECT)
+    peer: str
+    state: str
+    version: str | None
+    subscriptions: int
+    outstanding: int  # messages given to its subscriptions and not consumed
+    write_buffer: int  # bytes waiting in the transport to be written
+    writing_paused: bool  # above the high-water mark: no more messages are given to it
+    reading_paused: bool
+    tcp_nodelay: bool
+    send_buffer: int  # kernel SO_SNDBUF, bytes
+    receive_buffer: int  # kernel SO_RCVBUF, bytes
+
+
+class StompProtocol(asyncio.Protocol):
+    """One accepted STOMP connection."""
+
+    def __init__(self, server: StompServer) -> None:
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
+        self.session: StompSession | None = None
+        self._pump_scheduled = False
+        self._writing_paused = False
+        self._reading_paused = False
+        self._closed = False
+        self._last_read = self._last_write = self._loop.time()
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # one per purpose, re-armed in place
+
+    # -- asyncio callbacks -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        config = self._server.config
+        peername = transport.get_extra_info("peername")
+        peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(config.tcp_nodelay))
+        transport.set_write_buffer_limits(high=config.write_high_water, low=config.write_low_water)
+        self.session = StompSession(self._server.broker, on_ready=self._schedule_pump, peer=peer)
+        self._server.connection_opened(self)
+        self._later("connect", config.connect_timeout_ms / 1000, self._check_connected)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._received(data)
+        except Exception:
+            self._internal_failure("reading")
+
+    def _internal_failure(self, doing: str) -> None:
+        """A bug surfaced in this connection's handling: close it, keep the broker going."""
+        log.exception("internal error while %s; closing this connection", doing)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _received(self, data: bytes) -> None:
+        session = self.session
+        assert session is not None
+        self._last_read = self._loop.time()
+        was_connected = session.state is SessionState.CONNECTED
+        session.receive_data(data)
+        if not was_connected and session.state is SessionState.CONNECTED:
+            self._start_heartbeats()
+        self._flush_control()
+        if session.closing:
+            self._close_after_flush()
+        elif session.has_payload:
+            self._schedule_pump()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        if self.session is not None:
+            self.session.set_writable(False)
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._reading_paused and self._transport is not None and not self._closed:
+            self._reading_paused = False
+            self._transport.resume_reading()
+        if self.session is not None:
+            self.session.set_writable(True)
+            self._schedule_pump()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        if self.session is not None:
+            self.session.connection_lost()
+        self._server.connection_closed(self)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        transport.write(data)
+        self._last_write = self._loop.time()
+
+    def _flush_control(self) -> None:
+        assert self.session is not None
+        data = self.session.data_to_send()
+        if data:
+            self._write(data)
+            # Control frames are never held back; only a client that does not read them at all
+            # can make them pile up, and then it stops being read too.
+            transport = self._transport
+            if (
+                transport is not None
+                and not self._reading_paused
+                and transport.get_write_buffer_size() > 4 * self._server.config.write_high_water
+            ):
+                self._reading_paused = True
+                transport.pause_reading()
+
+    def _schedule_pump(self) -> None:
+        if not self._pump_scheduled and not self._closed:
+            self._pump_scheduled = True
+            self._loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        try:
+            self._pump_turn()
+        except Exception:
+            self._internal_failure("writing")
+
+    def _pump_turn(self) -> None:
+        """One metered turn: control frames, then at most connection-flow-count messages."""
+        self._pump_scheduled = False
+        session = self.session
+        if session is None or self._closed or session.closing:
+            return
+        self._flush_control()
+        turn = session.flow.count or UNMETERED_TURN
+        written = 0
+        while written < turn and not self._writing_paused:
+            data, count = session.take_payload(min(WRITE_CHUNK, turn - written))
+            if not count:
+                break
+            self._write(data)
+            written += count
+        if session.has_payload and not self._writing_paused:
+            self._schedule_pump()  # after the event loop has read what arrived meanwhile
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def fail(self, error: BrokerError) -> None:
+        """Send an ERROR and close (heart-beat timeout, shutdown, ...)."""
+        if self.session is None or self._closed:
+            return
+        self.session.fail(error)
+        self._flush_control()
+        self._close_after_flush()
+
+    def _close_after_flush(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        transport.close()  # writes what is buffered, then closes
+        self._later("linger", CLOSE_LINGER_S, transport.abort)
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def _later(self, purpose: str, delay: float, callback: Callable[[], object]) -> None:
+        previous = self._timers.get(purpose)
+        if previous is not None:
+            previous.cancel()
+        if not self._closed:
+            self._timers[purpose] = self._loop.call_later(delay, callback)
+
+    def _check_connected(self) -> None:
+        if self.session is not None and self.session.state is SessionState.AWAITING_CONNECT:
+            timeout = self._server.config.connect_timeout_ms
+            self.fail(
+                BadRequest(
+                    "no CONNECT frame",
+                    f"no CONNECT frame arrived within {timeout} ms of opening the connection "
+                    "(imq.stomp.connect.timeout)",
+                )
+            )
+
+    def _start_heartbeats(self) -> None:
+        assert self.session is not None
+        heartbeat = self.session.heartbeat
+        if heartbeat.send_ms:
+            self._later("send-heartbeat", heartbeat.send_ms / 2000, self._send_heartbeat)
+        if heartbeat.receive_ms:
+            self._later("check-heartbeat", heartbeat.receive_ms / 2000, self._check_heartbeat)
+
+    def _send_heartbeat(self) -> None:
+        """Checked every half interval, so the client never waits a full interval for a byte."""
+        assert self.session is not None
+        half = self.session.heartbeat.send_ms / 2000
+        if self._loop.time() - self._last_write >= half:
+            self._write(b"\n")
+        self._later("send-heartbeat", half, self._send_heartbeat)
+
+    def _check_heartbeat(self) -> None:
+        assert self.session is not None
+        interval = self.session.heartbeat.receive_ms / 1000
+        limit = interval * self._server.config.heartbeat_grace
+        silent = self._loop.time() - self._last_read
+        if silent > limit:
+            self.fail(
+                BadRequest(
+                    "heart-beat timeout",
+                    f"nothing was received for {silent:.1f} s while heart-beats were agreed every "
+                    f"{interval:.1f} s (tolerance imq.stomp.heartbeat.grace x "
+                    f"{self._server.config.heartbeat_grace})",
+                )
+            )
+            return
+        self._later("check-heartbeat", interval / 2, self._check_heartbeat)
+
+    def info(self) -> ConnectionInfo:
+        session, transport = self.session, self._transport
+        core = session.core if session is not None else None
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        return ConnectionInfo(
+            number=core.number if core is not None else 0,
+            peer=session.peer if session is not None else "?",
+            state=session.state.value if session is not None else "opening",
+            version=session.version.value if session and session.version else None,
+            subscriptions=len(core.subscriptions) if core is not None else 0,
+            outstanding=core.outstanding if core is not None else 0,
+            write_buffer=transport.get_write_buffer_size() if transport is not None else 0,
+            writing_paused=self._writing_paused,
+            reading_paused=self._reading_paused,
+            tcp_nodelay=bool(_sockopt(sock, socket.IPPROTO_TCP, socket.TCP_NODELAY)),
+            send_buffer=_sockopt(sock, socket.SOL_SOCKET, socket.SO_SNDBUF),
+            receive_buffer=_sockopt(sock, socket.SOL_SOCKET, socket.SO_RCVBUF),
+        )
+
+    def abort(self) -> None:
+        """Drop the connection without flushing (a client that never read its last frames)."""
+        if self._transport is not None:
+            self._transport.abort()
+
+    def shutdown(self) -> None:
+        """The broker is stopping: tell the client why, then close."""
+        self.fail(InternalError("broker shutting down", "the broker is shutting down"))
+
+
+def _sockopt(sock: object, level: int, option: int) -> int:
+    getsockopt = getattr(sock, "getsockopt", None)
+    if getsockopt is None:
+        return 0
+    try:
+        return int(getsockopt(level, option))
+    except OSError:
+        return 0

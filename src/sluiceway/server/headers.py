@@ -1,0 +1,225 @@
+"""Reading STOMP headers into typed values, with errors that name the header and what it accepts.
+
+The extension headers are those of ARCHITECTURE.md's wire contract: `consumer-flow-limit`
+(imqConsumerFlowLimit; also read from `activemq.prefetchSize` and `prefetch-count`, always as a
+count of messages), `consumer-flow-threshold` (imqConsumerFlowThreshold, percent),
+`consumer-flow-prefetch` (imqConsumerFlowLimitPrefetch) on SUBSCRIBE; `connection-flow-count`,
+`connection-flow-limit`, `connection-flow-limit-enabled` on CONNECT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from sluiceway.core.flow import (
+    DEFAULT_CONNECTION_FLOW_COUNT,
+    DEFAULT_CONNECTION_FLOW_LIMIT,
+    DEFAULT_CONSUMER_FLOW_LIMIT,
+    DEFAULT_CONSUMER_FLOW_THRESHOLD,
+    ConnectionFlow,
+)
+from sluiceway.core.message import DEFAULT_PRIORITY
+from sluiceway.core.subscription import AckMode
+from sluiceway.errors import BadRequest
+from sluiceway.naming import DestinationName, parse_destination
+from sluiceway.protocol.frames import Frame, StompVersion
+
+SUPPORTED_VERSIONS: Final = (StompVersion.V1_0, StompVersion.V1_1, StompVersion.V1_2)
+MAX_HEARTBEAT_MS: Final = 2**31 - 1  # about 24 days: any longer interval means "never" in practice
+# Spellings of the consumer window other brokers' clients send, in order of precedence.
+FLOW_LIMIT_HEADERS: Final = ("consumer-flow-limit", "activemq.prefetchSize", "prefetch-count")
+
+# Headers a producer cannot set on the MESSAGE its consumers receive: the broker writes these
+# itself, or they only concern the SEND frame.
+RESERVED_SEND_HEADERS: Final = frozenset(
+    {
+        "destination",
+        "receipt",
+        "transaction",
+        "content-length",
+        "message-id",
+        "subscription",
+        "ack",
+        "redelivered",
+        "delivery-count",
+        "timestamp",
+        "priority",
+        "expires",
+        "persistent",
+    }
+)
+
+
+def required(frame: Frame, name: str) -> str:
+    value = frame.headers.get(name)
+    if value is None:
+        raise BadRequest(
+            f"missing {name} header", f"a {frame.command} frame must carry a {name} header"
+        )
+    return value
+
+
+def integer(
+    frame: Frame, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """Header `name` as an integer within [minimum, maximum], or `default` when absent."""
+    text = frame.headers.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if (
+        value is None
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
+        bounds = f" from {minimum}" if minimum is not None else ""
+        bounds += f" to {maximum}" if maximum is not None else ""
+        raise BadRequest(
+            f"invalid {name} header",
+            f"the {name} header of a {frame.command} frame must be an integer{bounds}; "
+            f"got {text!r}",
+        )
+    return value
+
+
+def boolean(frame: Frame, name: str, default: bool) -> bool:
+    text = frame.headers.get(name)
+    if text is None:
+        return default
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise BadRequest(
+        f"invalid {name} header",
+        f"the {name} header of a {frame.command} frame must be true or false; got {text!r}",
+    )
+
+
+def destination(frame: Frame) -> DestinationName:
+    text = required(frame, "destination")
+    try:
+        return parse_destination(text)
+    except ValueError as exc:
+        raise BadRequest("invalid destination", str(exc)) from None
+
+
+def negotiate_version(frame: Frame) -> StompVersion | None:
+    """The highest version both sides speak; a frame without accept-version means 1.0."""
+    offered = frame.headers.get("accept-version")
+    if offered is None:
+        return StompVersion.V1_0
+    wanted = {v.strip() for v in offered.split(",")}
+    for version in reversed(SUPPORTED_VERSIONS):
+        if version.value in wanted:
+            return version
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartBeat:
+    """Negotiated heart-beat intervals in ms; 0: none in that direction."""
+
+    send_ms: int  # broker to client
+    receive_ms: int  # client to broker
+
+
+def negotiate_heartbeat(frame: Frame, server_send: int, server_receive: int) -> HeartBeat:
+    """STOMP heart-beating: each direction uses the larger of what one side can do and the
+    other side wants, and is off when either side says 0."""
+    text = frame.headers.get("heart-beat", "0,0")
+    parts = text.split(",")
+    try:
+        client_send, client_receive = (int(p) for p in parts)
+    except ValueError:
+        client_send = client_receive = -1
+    if (
+        len(parts) != 2
+        or not (0 <= client_send <= MAX_HEARTBEAT_MS)
+        or not (0 <= client_receive <= MAX_HEARTBEAT_MS)
+    ):
+        raise BadRequest(
+            "invalid heart-beat header",
+            "the heart-beat header must be two integers from 0 to "
+            f"{MAX_HEARTBEAT_MS} (milliseconds) such as 10000,10000; got {text!r}",
+        )
+    send = max(server_send, client_receive) if server_send and client_receive else 0
+    receive = max(client_send, server_receive) if client_send and server_receive else 0
+    return HeartBeat(send, receive)
+
+
+def connection_flow(frame: Frame) -> ConnectionFlow:
+    return ConnectionFlow(
+        count=integer(frame, "connection-flow-count", DEFAULT_CONNECTION_FLOW_COUNT, minimum=0),
+        limit=integer(frame, "connection-flow-limit", DEFAULT_CONNECTION_FLOW_LIMIT, minimum=1),
+        limit_enabled=boolean(frame, "connection-flow-limit-enabled", False),
+    )
+
+
+def ack_mode(frame: Frame) -> AckMode:
+    text = frame.headers.get("ack", "auto")
+    try:
+        return AckMode(text)
+    except ValueError:
+        raise BadRequest(
+            "invalid ack header",
+            f"the ack header must be auto, client or client-individual; got {text!r}",
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowRequest:
+    """What a SUBSCRIBE asks for; the core caps it with the destination's consumerFlowLimit."""
+
+    limit: int
+    threshold: int
+    prefetch: bool
+
+
+def flow_request(frame: Frame) -> FlowRequest:
+    limit = DEFAULT_CONSUMER_FLOW_LIMIT
+    for name in FLOW_LIMIT_HEADERS:
+        if name in frame.headers:
+            limit = integer(frame, name, limit, minimum=-1)
+            break
+    return FlowRequest(
+        limit=limit,
+        threshold=integer(
+            frame,
+            "consumer-flow-threshold",
+            DEFAULT_CONSUMER_FLOW_THRESHOLD,
+            minimum=0,
+            maximum=100,
+        ),
+        prefetch=boolean(frame, "consumer-flow-prefetch", True),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """A SEND frame, read."""
+
+    destination: DestinationName
+    priority: int
+    expires: int
+    persistent: bool
+    transaction: str | None
+    headers: tuple[tuple[str, str], ...]
+
+
+def send_request(frame: Frame) -> SendRequest:
+    return SendRequest(
+        destination=destination(frame),
+        priority=integer(frame, "priority", DEFAULT_PRIORITY, minimum=0, maximum=9),
+        expires=integer(frame, "expires", 0, minimum=0),
+        persistent=boolean(frame, "persistent", False),
+        transaction=frame.headers.get("transaction"),
+        headers=tuple(
+            (name, value)
+            for name, value in frame.headers.items()
+            if name not in RESERVED_SEND_HEADERS
+        ),
+    )

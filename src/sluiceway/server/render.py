@@ -1,0 +1,114 @@
+"""The frames the broker writes: MESSAGE, RECEIPT, ERROR and CONNECTED, as bytes.
+
+A MESSAGE carries the broker's headers first (`subscription`, `message-id`, `destination`, `ack`
+in STOMP 1.2 client-acknowledged subscriptions, `redelivered`, `delivery-count`, `priority`,
+`persistent`, `expires`, `timestamp`), then the producer's own headers (`content-type` among them)
+and `content-length`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sluiceway.core.subscription import AckMode, Delivery
+from sluiceway.errors import BrokerError
+from sluiceway.protocol.codec import encode_frame
+from sluiceway.protocol.frames import Frame, StompVersion
+
+ACK_SEPARATOR = "/"  # ack id = "<subscription number>/<message id>": needs no escaping
+
+
+def ack_id(delivery: Delivery) -> str:
+    return f"{delivery.subscription.number}{ACK_SEPARATOR}{delivery.message.id}"
+
+
+def parse_ack_id(text: str) -> tuple[int, str] | None:
+    """(subscription number, message id) from a STOMP 1.2 ack id, or None if it is not one."""
+    number, separator, message_id = text.partition(ACK_SEPARATOR)
+    # isdecimal() alone would accept digits of other scripts, which int() may still refuse.
+    if not separator or not (number.isascii() and number.isdigit()) or not message_id:
+        return None
+    return int(number), message_id
+
+
+def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
+    subscription = delivery.subscription
+    message = delivery.message
+    headers = {
+        "subscription": subscription.id,
+        "message-id": message.id,
+        "destination": message.destination.path,
+    }
+    if version is StompVersion.V1_2 and subscription.ack_mode is not AckMode.AUTO:
+        headers["ack"] = ack_id(delivery)
+    headers["redelivered"] = "true" if delivery.delivery_count > 1 else "false"
+    headers["delivery-count"] = str(delivery.delivery_count)
+    headers["priority"] = str(message.priority)
+    headers["persistent"] = "true" if message.persistent else "false"
+    headers["expires"] = str(message.expires)
+    headers["timestamp"] = str(message.timestamp)
+    if version is StompVersion.V1_2:
+        for name, value in message.headers:
+            headers.setdefault(name, value)
+    else:
+        for name, value in message.headers:
+            if _representable(name, value, version):
+                headers.setdefault(name, value)
+    headers["content-length"] = str(len(message.body))  # also for an empty body
+    return encode_frame(Frame("MESSAGE", headers, message.body), version)
+
+
+def _representable(name: str, value: str, version: StompVersion) -> bool:
+    """Whether a header a 1.2 producer sent can be written to an older client at all.
+
+    STOMP 1.1 cannot escape a carriage return; 1.0 escapes nothing. Such headers are left out of
+    the MESSAGE rather than corrupting the frame.
+    """
+    if "\r" in name or "\r" in value:
+        return False
+    if version is StompVersion.V1_0:
+        return "\n" not in name and "\n" not in value and ":" not in name
+    return True
+
+
+def echoable(value: str, version: StompVersion | None) -> bool:
+    """Whether a value the client sent can be written back to it in its version.
+
+    STOMP 1.0 and 1.1 have no escape for a carriage return, which their decoders nevertheless
+    accept inside a value; such a value cannot be echoed in a RECEIPT or a MESSAGE.
+    """
+    return version is StompVersion.V1_2 or version is None or "\r" not in value
+
+
+def receipt_frame(
+    receipt: str, version: StompVersion | None, extra: Mapping[str, str] | None = None
+) -> bytes:
+    headers = {"receipt-id": receipt}
+    if extra:
+        headers.update(extra)
+    return encode_frame(Frame("RECEIPT", headers), version)
+
+
+def error_frame(
+    error: BrokerError,
+    version: StompVersion | None,
+    receipt: str | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> bytes:
+    """An ERROR: `message` is the summary, `status` the Open MQ code, the body the explanation."""
+    headers = {
+        # One line, so it is a valid header value in every STOMP version.
+        "message": " ".join(error.summary.split()),
+        "status": str(int(error.status)),
+        "content-type": "text/plain;charset=utf-8",
+    }
+    if receipt is not None and echoable(receipt, version):
+        headers["receipt-id"] = receipt
+    if extra:
+        headers.update(extra)
+    body = (str(error) + "\n").encode()
+    return encode_frame(Frame("ERROR", headers, body), version)
+
+
+def connected_frame(headers: dict[str, str]) -> bytes:
+    return encode_frame(Frame("CONNECTED", headers))

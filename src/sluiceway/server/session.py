@@ -1,0 +1,375 @@
+"""One client's STOMP session, sans-IO: bytes in, frames handled by the core, bytes out.
+
+This module never imports asyncio. The I/O layer feeds received bytes to `receive_data`, writes
+`data_to_send()` (control frames: CONNECTED, RECEIPT, ERROR) at once, and pulls payload with
+`take_payload(n)` when the socket can take more, at most `connection-flow-count` MESSAGE frames
+between two flushes of control frames (Open MQ's flow metering).
+
+Any bad input (a malformed frame, an over-long header, an unknown command, an ACK for an unknown
+id, an unknown destination prefix) gets an ERROR frame with a `message` header, a `status` header
+and a body that says what was wrong; the session then stops reading and the I/O layer closes the
+connection once the ERROR is written. Other connections are not affected.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Mapping
+
+from sluiceway import __version__
+from sluiceway.core.broker import Broker
+from sluiceway.core.connection import CoreConnection
+from sluiceway.core.flow import UNLIMITED, ConnectionFlow
+from sluiceway.core.subscription import Subscription
+from sluiceway.errors import (
+    BadRequest,
+    BrokerError,
+    EntityTooLarge,
+    FrameLimitExceeded,
+    InternalError,
+    RemoteProtocolError,
+)
+from sluiceway.protocol.codec import FrameDecoder
+from sluiceway.protocol.frames import (
+    BODY_COMMANDS,
+    CLIENT_COMMANDS,
+    HEARTBEAT,
+    SERVER_COMMANDS,
+    Frame,
+    StompVersion,
+)
+from sluiceway.server import headers as h
+from sluiceway.server.render import (
+    connected_frame,
+    echoable,
+    error_frame,
+    message_frame,
+    parse_ack_id,
+    receipt_frame,
+)
+
+log = logging.getLogger(__name__)
+
+Extra = Mapping[str, str] | None  # headers a handler adds to its RECEIPT
+
+
+class SessionState(enum.Enum):
+    AWAITING_CONNECT = "awaiting CONNECT"
+    CONNECTED = "connected"
+    CLOSING = "closing"  # nothing more is read; the I/O layer closes after flushing
+
+
+class _UnsupportedVersion(BadRequest):
+    """No protocol version in common; the ERROR lists the versions this broker speaks."""
+
+
+class StompSession:
+    """The STOMP state machine of one connection."""
+
+    def __init__(self, broker: Broker, *, on_ready: Callable[[], None], peer: str = "?") -> None:
+        config = broker.config
+        self.broker = broker
+        self.peer = peer
+        self.state = SessionState.AWAITING_CONNECT
+        self.version: StompVersion | None = None
+        self.heartbeat = h.HeartBeat(0, 0)
+        self.flow = ConnectionFlow()
+        self.core: CoreConnection | None = None
+        self._on_ready = on_ready
+        self._decoder = FrameDecoder(
+            max_frame_size=config.max_frame_size,
+            max_header_count=config.max_header_count,
+            max_header_length=config.max_header_length,
+        )
+        self._control: list[bytes] = []
+        self._handlers: dict[str, Callable[[Frame], Extra]] = {
+            "CONNECT": self._on_connect,
+            "STOMP": self._on_connect,
+            "SEND": self._on_send,
+            "SUBSCRIBE": self._on_subscribe,
+            "UNSUBSCRIBE": self._on_unsubscribe,
+            "ACK": self._on_ack,
+            "NACK": self._on_nack,
+            "BEGIN": self._on_begin,
+            "COMMIT": self._on_commit,
+            "ABORT": self._on_abort,
+            "DISCONNECT": self._on_disconnect,
+        }
+
+    # -- I/O facing ----------------------------------------------------------------------------
+
+    @property
+    def closing(self) -> bool:
+        return self.state is SessionState.CLOSING
+
+    def receive_data(self, data: bytes) -> None:
+        """Handle every complete frame in the bytes received so far."""
+        if self.state is SessionState.CLOSING:
+            return
+        self._decoder.receive_data(data)
+        while not self.closing:
+            try:
+                event = self._decoder.next_event()
+            except FrameLimitExceeded as exc:
+                cls = EntityTooLarge if exc.limit == "imq.stomp.max_frame_size" else BadRequest
+                self.fail(cls("frame limit exceeded", str(exc)))
+                return
+            except RemoteProtocolError as exc:
+                self.fail(BadRequest("malformed frame", str(exc)))
+                return
+            if event is None:
+                return
+            if event is not HEARTBEAT:
+                assert isinstance(event, Frame)
+                self._handle(event)
+
+    def data_to_send(self) -> bytes:
+        """Control frames waiting to be written (written ahead of any further payload)."""
+        if not self._control:
+            return b""
+        data = b"".join(self._control)
+        self._control.clear()
+        return data
+
+    def take_payload(self, max_frames: int) -> tuple[bytes, int]:
+        """Up to `max_frames` MESSAGE frames to write now, and how many there are."""
+        core = self.core
+        if core is None or self.state is not SessionState.CONNECTED:
+            return b"", 0
+        deliveries = core.take(max_frames)
+        if not deliveries:
+            return b"", 0
+        version = self.version
+        assert version is not None
+        return b"".join([message_frame(d, version) for d in deliveries]), len(deliveries)
+
+    @property
+    def has_payload(self) -> bool:
+        core = self.core
+        return core is not None and core.writable and core.has_pending_output
+
+    def set_writable(self, writable: bool) -> None:
+        if self.core is not None:
+            self.core.set_writable(writable)
+
+    def fail(self, error: BrokerError, receipt: str | None = None) -> None:
+        """Queue an ERROR and stop: the connection is closed once it is written."""
+        if self.state is SessionState.CLOSING:
+            return
+        log.warning("%s: %s: %s (status %d)", self.peer, error.summary, error, error.status)
+        extra = {"version": "1.0,1.1,1.2"} if isinstance(error, _UnsupportedVersion) else None
+        self._control.append(error_frame(error, self.version, receipt, extra))
+        self._close()
+
+    def connection_lost(self) -> None:
+        """The socket is gone: unconsumed messages go back, open transactions are aborted."""
+        self._close()
+
+    def _close(self) -> None:
+        self.state = SessionState.CLOSING
+        if self.core is not None:
+            self.core.close()
+
+    # -- frames --------------------------------------------------------------------------------
+
+    def _handle(self, frame: Frame) -> None:
+        receipt = frame.headers.get("receipt")
+        try:
+            handler = self._check(frame)
+            extra = handler(frame)
+        except BrokerError as exc:
+            self.fail(exc, receipt)
+            return
+        except Exception:
+            log.exception("%s: internal error handling a %s frame", self.peer, frame.command)
+            self.fail(
+                InternalError(
+                    "internal error",
+                    "the broker failed to handle this frame; the failure is in the broker's log",
+                ),
+                receipt,
+            )
+            return
+        if receipt is not None and frame.command not in ("CONNECT", "STOMP"):
+            self._control.append(receipt_frame(receipt, self.version, extra))
+        if frame.command == "DISCONNECT":
+            self._close()
+
+    def _check(self, frame: Frame) -> Callable[[Frame], Extra]:
+        command = frame.command
+        handler = self._handlers.get(command)
+        if handler is None:
+            kind = "a server frame" if command in SERVER_COMMANDS else "not a STOMP command"
+            raise BadRequest(
+                "unknown command",
+                f"{command} is {kind}; a client may send " + ", ".join(sorted(CLIENT_COMMANDS)),
+            )
+        connecting = command in ("CONNECT", "STOMP")
+        if self.state is SessionState.AWAITING_CONNECT and not connecting:
+            raise BadRequest(
+                "not connected", f"the first frame must be CONNECT or STOMP, not {command}"
+            )
+        if self.state is SessionState.CONNECTED and connecting:
+            raise BadRequest("already connected", f"{command} was sent on a connected session")
+        if frame.body and command not in BODY_COMMANDS:
+            raise BadRequest(
+                "unexpected body",
+                f"a {command} frame must not have a body (only SEND may); "
+                f"this one has {len(frame.body)} bytes",
+            )
+        # Values the broker writes back (receipt ids, subscription ids) must be expressible in
+        # the session's STOMP version, or the replies could never be written.
+        for name in ("receipt", "id") if command == "SUBSCRIBE" else ("receipt",):
+            value = frame.headers.get(name)
+            if value is not None and not echoable(value, self.version):
+                raise BadRequest(
+                    f"invalid {name} header",
+                    f"the {name} header contains a carriage return, which STOMP "
+                    f"{self.version.value if self.version else ''} cannot write back; "
+                    "use STOMP 1.2 or leave it out",
+                )
+        return handler
+
+    def _connection(self) -> CoreConnection:
+        assert self.core is not None
+        return self.core
+
+    def _on_connect(self, frame: Frame) -> Extra:
+        version = h.negotiate_version(frame)
+        if version is None:
+            raise _UnsupportedVersion(
+                "unsupported protocol version",
+                f"accept-version {frame.headers.get('accept-version')!r} names no version this "
+                "broker speaks; it speaks STOMP 1.0, 1.1 and 1.2",
+            )
+        config = self.broker.config
+        heartbeat = h.HeartBeat(0, 0)
+        if version is not StompVersion.V1_0:
+            heartbeat = h.negotiate_heartbeat(
+                frame, config.heartbeat_send_ms, config.heartbeat_receive_ms
+            )
+        flow = h.connection_flow(frame)
+        self.core = self.broker.open_connection(flow=flow, on_ready=self._on_ready)
+        self.version, self.heartbeat, self.flow = version, heartbeat, flow
+        self._decoder.version = version
+        self.state = SessionState.CONNECTED
+        reply = {
+            "version": version.value,
+            "server": f"Sluiceway/{__version__}",
+            "session": f"{self.broker.instance_id}-{self.core.number}",
+            "connection-flow-count": str(flow.count),
+            "connection-flow-limit": str(flow.limit),
+            "connection-flow-limit-enabled": "true" if flow.limit_enabled else "false",
+        }
+        if version is not StompVersion.V1_0:
+            reply["heart-beat"] = f"{config.heartbeat_send_ms},{config.heartbeat_receive_ms}"
+        self._control.append(connected_frame(reply))
+        log.debug("%s: connected with STOMP %s, heart-beat %s", self.peer, version.value, heartbeat)
+        return None
+
+    def _on_send(self, frame: Frame) -> Extra:
+        request = h.send_request(frame)
+        self._connection().send(
+            request.destination,
+            frame.body,
+            request.headers,
+            priority=request.priority,
+            expires=request.expires,
+            persistent=request.persistent,
+            transaction=request.transaction,
+        )
+        return None
+
+    def _on_subscribe(self, frame: Frame) -> Extra:
+        destination = h.destination(frame)
+        sub_id = frame.headers.get("id")
+        if sub_id is None:
+            if self.version is not StompVersion.V1_0:
+                raise BadRequest("missing id header", "a SUBSCRIBE frame must carry an id header")
+            sub_id = destination.path  # STOMP 1.0: the destination identifies the subscription
+        for name in ("selector", "durable-subscription-name", "activemq.subscriptionName"):
+            if name in frame.headers:
+                raise BadRequest(
+                    f"{name} is not supported",
+                    f"this broker does not yet support the {name} header; subscribe without it",
+                )
+        request = h.flow_request(frame)
+        subscription = self._connection().subscribe(
+            sub_id,
+            destination,
+            h.ack_mode(frame),
+            requested_limit=request.limit,
+            threshold=request.threshold,
+            prefetch=request.prefetch,
+        )
+        flow = subscription.flow
+        return {
+            "consumer-flow-limit": str(flow.limit if flow.limit > 0 else UNLIMITED),
+            "consumer-flow-threshold": str(flow.threshold),
+            "consumer-flow-prefetch": "true" if flow.prefetch else "false",
+        }
+
+    def _on_unsubscribe(self, frame: Frame) -> Extra:
+        sub_id = frame.headers.get("id")
+        if sub_id is None and self.version is StompVersion.V1_0:
+            sub_id = frame.headers.get("destination")
+        if sub_id is None:
+            raise BadRequest(
+                "missing id header", "an UNSUBSCRIBE frame must carry the subscription's id header"
+            )
+        self._connection().unsubscribe(sub_id)
+        return None
+
+    def _on_ack(self, frame: Frame) -> Extra:
+        subscription, message_id = self._acked(frame)
+        self._connection().ack(subscription, message_id, frame.headers.get("transaction"))
+        return None
+
+    def _on_nack(self, frame: Frame) -> Extra:
+        subscription, message_id = self._acked(frame)
+        self._connection().nack(subscription, message_id, frame.headers.get("transaction"))
+        return None
+
+    def _acked(self, frame: Frame) -> tuple[Subscription, str]:
+        """The subscription and message an ACK or NACK names, per the session's version."""
+        core = self._connection()
+        if self.version is StompVersion.V1_2:
+            text = h.required(frame, "id")
+            parsed = parse_ack_id(text)
+            subscription = core.subscription_by_number(parsed[0]) if parsed else None
+            if parsed is None or subscription is None:
+                raise BadRequest(
+                    f"{frame.command} for an unknown id",
+                    f"{frame.command} id {text!r} is not the ack header of a message delivered on "
+                    "this connection",
+                )
+            return subscription, parsed[1]
+        message_id = h.required(frame, "message-id")
+        sub_id = frame.headers.get("subscription")
+        if sub_id is None and self.version is StompVersion.V1_1:
+            sub_id = h.required(frame, "subscription")
+        found = core.subscription(sub_id) if sub_id is not None else core.find_unacked(message_id)
+        if found is None:
+            raise BadRequest(
+                f"{frame.command} for an unknown message",
+                f"{frame.command} names message {message_id!r}"
+                + (f" on subscription {sub_id!r}" if sub_id is not None else "")
+                + ", which is not awaiting acknowledgement on this connection",
+            )
+        return found, message_id
+
+    def _on_begin(self, frame: Frame) -> Extra:
+        self._connection().begin(h.required(frame, "transaction"))
+        return None
+
+    def _on_commit(self, frame: Frame) -> Extra:
+        self._connection().commit(h.required(frame, "transaction"))
+        return None
+
+    def _on_abort(self, frame: Frame) -> Extra:
+        self._connection().abort(h.required(frame, "transaction"))
+        return None
+
+    def _on_disconnect(self, frame: Frame) -> Extra:
+        return None  # the RECEIPT is written, then the session closes (see _handle)

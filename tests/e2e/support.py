@@ -1,0 +1,39 @@
+"""Bounded waits and broker introspection shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sluiceway.server.connection import ConnectionInfo
+from sluiceway.testing import BrokerThread
+
+WAIT = 5.0
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
+    """Poll `predicate` until it holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        time.sleep(0.005)
+
+
+def connection_infos(broker: BrokerThread) -> list[ConnectionInfo]:
+    """A snapshot of the broker's connections, taken on its own event loop."""
+    return broker.call(lambda: broker.server.connections() if broker.server else [])
+
+
+def connection_count(broker: BrokerThread) -> int:
+    return broker.call(lambda: broker.server.connection_count if broker.server else 0)
+
+
+def wait_connection_count(broker: BrokerThread, expected: int, timeout: float = WAIT) -> None:
+    """Wait until the broker holds `expected` connections (closing takes a loop turn)."""
+    try:
+        wait_until(lambda: connection_count(broker) == expected, timeout)
+    except TimeoutError:
+        raise AssertionError(
+            f"{connection_count(broker)} connections, expected {expected}"
+        ) from None

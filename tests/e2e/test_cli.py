@@ -1,0 +1,152 @@
+"""`sluiceway broker` as a real process: start-up, the ready line, SIGTERM, configuration errors."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.rawclient import ConnectionClosed, RawClient
+
+READY = re.compile(r"ready: STOMP on (\S+):(\d+)")
+
+
+def sluiceway(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sluiceway", *args]
+
+
+class BrokerProcess:
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            sluiceway("broker", "--port", "0", *args),
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.lines: list[str] = []
+        self.port = self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 20.0) -> int:
+        assert self.process.stderr is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.process.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            match = READY.search(line)
+            if match:
+                assert match.group(1) == "127.0.0.1"
+                return int(match.group(2))
+        raise AssertionError("the broker never logged its ready line:\n" + "".join(self.lines))
+
+    def stop(self, timeout: float = 20.0) -> tuple[int, str]:
+        self.process.send_signal(signal.SIGTERM)
+        _, rest = self.process.communicate(timeout=timeout)
+        return self.process.returncode, "".join(self.lines) + rest
+
+
+@pytest.fixture
+def broker_process() -> Iterator[BrokerProcess]:
+    broker = BrokerProcess()
+    yield broker
+    if broker.process.poll() is None:
+        broker.process.kill()
+        broker.process.communicate()
+
+
+def test_ready_line_then_clean_shutdown_on_sigterm(broker_process: BrokerProcess) -> None:
+    client = RawClient(broker_process.port)
+    client.connect()
+    client.subscribe("/queue/q")
+    client.request("SEND", {"destination": "/queue/q"}, b"hello")
+    assert client.receive(1)[0].body == b"hello"
+    code, log = broker_process.stop()
+    assert code == 0
+    assert "shutting down" in log
+    assert "stopped" in log
+    error = client.expect("ERROR")  # the client is told why before the socket closes
+    assert "shutting down" in error.headers["message"]
+    with pytest.raises(ConnectionClosed):
+        client.read_some(time.monotonic() + 5)
+    client.close()
+
+
+def test_unknown_property_stops_start_up() -> None:
+    result = subprocess.run(
+        sluiceway("broker", "-D", "imq.system.max_cont=5"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "unknown property imq.system.max_cont" in result.stderr
+
+
+def test_bad_value_in_file_names_property_and_accepted_values(tmp_path: Path) -> None:
+    path = tmp_path / "broker.properties"
+    path.write_text("imq.autocreate.queue.dispatchPolicy = roundrobin\n")
+    result = subprocess.run(
+        sluiceway("broker", "--config", str(path)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "imq.autocreate.queue.dispatchPolicy" in result.stderr
+    assert "one of openmq, fair" in result.stderr
+
+
+def test_config_file_is_applied(tmp_path: Path) -> None:
+    path = tmp_path / "broker.properties"
+    path.write_text("imq.destination.queue.capped.consumerFlowLimit=2\n")
+    broker = BrokerProcess("--config", str(path))
+    try:
+        client = RawClient(broker.port)
+        client.connect()
+        receipt = client.subscribe("/queue/capped", consumer_flow_limit="50")
+        assert receipt.headers["consumer-flow-limit"] == "2"
+        client.close()
+        assert broker.stop()[0] == 0
+    finally:
+        if broker.process.poll() is None:
+            broker.process.kill()
+            broker.process.communicate()
+
+
+def test_help_and_property_list() -> None:
+    result = subprocess.run(
+        sluiceway("broker", "--help"), capture_output=True, text=True, timeout=30, check=True
+    )
+    assert "--config" in result.stdout
+    assert "-D NAME=VALUE" in result.stdout
+    listing = subprocess.run(
+        sluiceway("broker", "--list-properties"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert "`imq.protocol.tcp.nodelay`" in listing.stdout
+
+
+def test_port_in_use_is_a_clear_error(broker_process: BrokerProcess) -> None:
+    result = subprocess.run(
+        sluiceway("broker", "--port", str(broker_process.port)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "cannot start" in result.stderr
+    assert "address already in use" in result.stderr.lower()

@@ -1,0 +1,120 @@
+"""The STOMP session without sockets or an event loop: bytes in, frames out, on a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from sluiceway.config import BrokerConfig
+from sluiceway.core.broker import Broker
+from sluiceway.protocol.codec import FrameDecoder, encode_frame
+from sluiceway.protocol.frames import Frame, StompVersion
+from sluiceway.server.session import SessionState, StompSession
+from sluiceway.testing import FakeClock
+
+
+class Peer:
+    """A session and a decoder for what it writes."""
+
+    def __init__(self, broker: Broker, version: str = "1.2") -> None:
+        self.ready = 0
+        self.session = StompSession(broker, on_ready=self._ready, peer="test")
+        self.decoder = FrameDecoder()
+        if version:
+            self.feed("CONNECT", {"accept-version": version, "heart-beat": "0,0"})
+            (connected,) = self.control()
+            assert connected.command == "CONNECTED"
+            self.decoder.version = self.session.version
+
+    def _ready(self) -> None:
+        self.ready += 1
+
+    def feed(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+        frame = Frame(command, dict(headers or {}), body)
+        self.session.receive_data(encode_frame(frame, self.session.version))
+
+    def control(self) -> list[Frame]:
+        return self._decode(self.session.data_to_send())
+
+    def payload(self, limit: int = 1000) -> list[Frame]:
+        data, count = self.session.take_payload(limit)
+        frames = self._decode(data)
+        assert len(frames) == count
+        return frames
+
+    def _decode(self, data: bytes) -> list[Frame]:
+        self.decoder.receive_data(data)
+        frames = []
+        while (event := self.decoder.next_event()) is not None:
+            assert isinstance(event, Frame)
+            frames.append(event)
+        return frames
+
+
+@pytest.fixture
+def broker() -> Broker:
+    return Broker(BrokerConfig(), clock=FakeClock())
+
+
+def test_connect_negotiates_and_answers(broker: Broker) -> None:
+    peer = Peer(broker, version="")
+    peer.feed("STOMP", {"accept-version": "1.1,1.2", "heart-beat": "500,20000"})
+    (connected,) = peer.control()
+    assert connected.headers["version"] == "1.2"
+    assert connected.headers["heart-beat"] == "10000,10000"
+    assert peer.session.state is SessionState.CONNECTED
+    # client sends every max(500, 10000) ms; broker sends every max(10000, 20000) ms
+    assert (peer.session.heartbeat.receive_ms, peer.session.heartbeat.send_ms) == (10000, 20000)
+
+
+def test_payload_is_pulled_and_receipts_are_immediate(broker: Broker) -> None:
+    producer, consumer = Peer(broker), Peer(broker)
+    consumer.feed("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "receipt": "r1"})
+    (receipt,) = consumer.control()
+    assert receipt.headers["consumer-flow-limit"] == "1000"
+    for i in range(5):
+        producer.feed("SEND", {"destination": "/queue/q"}, b"%d" % i)
+    assert consumer.ready == 1  # the I/O layer is told once that there is something to write
+    assert [m.body for m in consumer.payload(limit=3)] == [b"0", b"1", b"2"]
+    assert [m.body for m in consumer.payload()] == [b"3", b"4"]
+
+
+def test_an_error_closes_the_session_and_nothing_more_is_read(broker: Broker) -> None:
+    peer = Peer(broker)
+    peer.feed("FOO", {"receipt": "r"})
+    (error,) = peer.control()
+    assert error.command == "ERROR"
+    assert error.headers["status"] == "400"
+    assert error.headers["receipt-id"] == "r"
+    assert b"FOO is not a STOMP command" in error.body
+    assert peer.session.closing
+    peer.feed("SEND", {"destination": "/queue/q", "receipt": "r2"}, b"ignored")
+    assert peer.control() == []
+
+
+def test_disconnect_returns_unacked_messages(broker: Broker) -> None:
+    producer, consumer = Peer(broker), Peer(broker)
+    consumer.feed("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "client"})
+    producer.feed("SEND", {"destination": "/queue/q"}, b"m")
+    (message,) = consumer.payload()
+    consumer.feed("DISCONNECT", {"receipt": "bye"})
+    (receipt,) = consumer.control()
+    assert receipt.headers["receipt-id"] == "bye"
+    assert consumer.session.closing
+    other = Peer(broker)
+    other.feed("SUBSCRIBE", {"destination": "/queue/q", "id": "s"})
+    (again,) = other.payload()
+    assert again.headers["message-id"] == message.headers["message-id"]
+    assert again.headers["redelivered"] == "true"
+
+
+def test_stomp_10_session_uses_message_id_acks(broker: Broker) -> None:
+    producer, consumer = Peer(broker), Peer(broker, version="1.0")
+    assert consumer.session.version is StompVersion.V1_0
+    consumer.feed("SUBSCRIBE", {"destination": "/queue/q", "ack": "client"})
+    producer.feed("SEND", {"destination": "/queue/q"}, b"m")
+    (message,) = consumer.payload()
+    assert "ack" not in message.headers  # 1.0 acknowledges by message-id
+    assert message.headers["subscription"] == "/queue/q"  # 1.0: the destination is the id
+    consumer.feed("ACK", {"message-id": message.headers["message-id"], "receipt": "a"})
+    (receipt,) = consumer.control()
+    assert receipt.command == "RECEIPT"
