@@ -361,6 +361,13 @@ class BrokerConfig:
         100,
         "Most messages one transaction may acknowledge.",
     )
+    message_max_size: int = prop(
+        "imq.message.max_size",
+        size_parser(allow_unlimited=True),
+        70 * 1024 * 1024,
+        "Largest message body accepted for any destination, in bytes (-1: no limit). A larger "
+        "message is refused with status 423, naming this limit.",
+    )
     expiration_interval_s: int = prop(
         "imq.message.expiration.interval",
         int_parser(minimum=1),

@@ -71,14 +71,28 @@ class BrokerError(SluicewayError):
     """A client request the broker refuses, with the status code that goes on the wire.
 
     `summary` is the short text for the ERROR frame's `message` header; the exception's own text is
-    the full explanation that goes in the ERROR frame's body.
+    the full explanation that goes in the ERROR frame's body. A refusal caused by a limit names
+    the destination, the limit (its property name) and the limit's value; they travel as the
+    `destination`, `limit` and `limit-value` headers, and the client raises the same class with
+    the same attributes.
     """
 
     status: Status = Status.INTERNAL
 
-    def __init__(self, summary: str, detail: str | None = None) -> None:
+    def __init__(
+        self,
+        summary: str,
+        detail: str | None = None,
+        *,
+        destination: str | None = None,
+        limit: str | None = None,
+        limit_value: str | None = None,
+    ) -> None:
         super().__init__(detail if detail is not None else summary)
         self.summary = summary
+        self.destination = destination
+        self.limit = limit
+        self.limit_value = limit_value
 
 
 class BadRequest(BrokerError):
@@ -107,3 +121,44 @@ class EntityTooLarge(BrokerError):
 
 class InternalError(BrokerError):
     status = Status.INTERNAL
+
+
+BROKER_ERRORS: dict[int, type[BrokerError]] = {
+    cls.status.value: cls
+    for cls in (BadRequest, Forbidden, NotFound, Conflict, ResourceFull, EntityTooLarge)
+}
+
+
+def broker_error(
+    status: int,
+    summary: str,
+    detail: str | None = None,
+    *,
+    destination: str | None = None,
+    limit: str | None = None,
+    limit_value: str | None = None,
+) -> BrokerError:
+    """The BrokerError subclass for an Open MQ status code (InternalError for unknown codes)."""
+    cls = BROKER_ERRORS.get(status, InternalError)
+    return cls(summary, detail, destination=destination, limit=limit, limit_value=limit_value)
+
+
+class ClientError(SluicewayError):
+    """An error of the Python client runtime itself (not a refusal by the broker)."""
+
+
+class ConnectionClosedError(ClientError):
+    """The connection is closed, or was lost, so the operation cannot complete."""
+
+
+class ConnectFailedError(ClientError):
+    """No connection could be opened (every address and attempt failed)."""
+
+
+class OperationTimeoutError(ClientError, TimeoutError):
+    """A bounded wait expired: the broker did not answer within the time allowed."""
+
+
+class TransactionRolledBackError(ClientError):
+    """A transaction could not be committed and was rolled back (for example, the connection
+    was lost before the COMMIT was confirmed)."""

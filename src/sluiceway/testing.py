@@ -5,13 +5,21 @@
   own, so blocking clients (stomp.py, the sync client) can talk to it from the test's thread.
   `call(fn)` runs `fn` on the broker's loop and returns its result, the safe way to look at broker
   state while it runs.
+- `BrokerProcess` runs `sluiceway broker` as a separate process, for what only a process can
+  show: start-up and shutdown, SIGTERM, and a broker killed (SIGKILL) or frozen (SIGSTOP).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -117,3 +125,71 @@ class BrokerThread:
         if self._stopping is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(timeout)
+
+
+_READY = re.compile(r"ready: STOMP on (\S+):(\d+)")
+
+
+class BrokerProcess:
+    """`sluiceway broker` in a child process; `port` is read from its ready line.
+
+    `args` are extra command-line arguments (`-D name=value`, `--config FILE`); the port is 0
+    (any free one) unless `port` is given.
+    """
+
+    def __init__(self, *args: str, port: int = 0, timeout: float = 20.0) -> None:
+        command = [sys.executable, "-m", "sluiceway", "broker", "--port", str(port), *args]
+        self.process = subprocess.Popen(  # noqa: S603  (our own command, fixed arguments)
+            command,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.lines: list[str] = []
+        self.port = self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> int:
+        assert self.process.stderr is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.process.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            match = _READY.search(line)
+            if match:
+                return int(match.group(2))
+        self.kill()
+        raise RuntimeError("the broker never logged its ready line:\n" + "".join(self.lines))
+
+    def stop(self, timeout: float = 20.0) -> tuple[int, str]:
+        """SIGTERM, then wait: (exit status, everything it logged)."""
+        self.process.send_signal(signal.SIGTERM)
+        _, rest = self.process.communicate(timeout=timeout)
+        return self.process.returncode, "".join(self.lines) + rest
+
+    def kill(self) -> None:
+        """SIGKILL: the broker dies at once, as in a crash."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.communicate()
+
+    def freeze(self) -> None:
+        """SIGSTOP: the broker keeps its sockets open and answers nothing."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.process.send_signal(signal.SIGCONT)
+
+    def __enter__(self) -> BrokerProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.process.poll() is None:
+            self.thaw()
+            self.kill()

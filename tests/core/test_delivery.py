@@ -8,9 +8,12 @@ import pytest
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
+from sluiceway.core.destination import Queue
+from sluiceway.core.selector import compile_selector
 from sluiceway.core.store import MemoryStore
 from sluiceway.core.subscription import AckMode
 from sluiceway.errors import BadRequest, Conflict, Forbidden, NotFound, Status
+from sluiceway.naming import parse_destination
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies
 
@@ -293,3 +296,53 @@ def test_system_names_are_reserved(broker: Broker) -> None:
 def test_unknown_subscription_on_unsubscribe(broker: Broker) -> None:
     with pytest.raises(BadRequest, match="'nope'"):
         Client(broker).connection.unsubscribe("nope")
+
+
+def test_selective_consumers_take_only_what_matches(broker: Broker) -> None:
+    producer, eu, us = Client(broker), Client(broker), Client(broker)
+    for i, region in enumerate(["EU", "US", "EU", "ASIA", "US"]):
+        producer.connection.send(
+            parse_destination("/queue/r"),
+            b"%d" % i,
+            (("region", region),),
+            priority=4,
+            expires=0,
+            persistent=False,
+        )
+    for client, region in ((eu, "EU"), (us, "US")):
+        client.connection.subscribe(
+            "s",
+            parse_destination("/queue/r"),
+            AckMode.CLIENT_INDIVIDUAL,
+            requested_limit=10,
+            threshold=50,
+            prefetch=True,
+            selector=compile_selector(f"region = '{region}'"),
+        )
+    assert bodies(eu.take()) == [b"0", b"2"]
+    assert bodies(us.take()) == [b"1", b"4"]
+    queue = broker.registry.get(parse_destination("/queue/r"))
+    assert isinstance(queue, Queue)
+    assert [m.body for m in queue.pending] == [b"3"]  # nobody matches ASIA: it stays
+
+
+def test_browser_walks_the_queue_and_ends_with_a_marker(broker: Broker) -> None:
+    producer, browser = Client(broker), Client(broker)
+    for i in range(5):
+        producer.send("/queue/b", b"%d" % i, priority=9 if i == 3 else 4)
+    browser.connection.subscribe(
+        "look",
+        parse_destination("/queue/b"),
+        AckMode.AUTO,
+        requested_limit=2,
+        threshold=50,
+        prefetch=True,
+        browser=True,
+    )
+    seen = browser.take()
+    assert bodies(seen[:5]) == [b"3", b"0", b"1", b"2", b"4"]  # delivery order
+    assert dict(seen[5].message.headers) == {"browser": "end"}
+    queue = broker.registry.get(parse_destination("/queue/b"))
+    assert queue is not None
+    assert queue.pending_count == 5  # nothing consumed
+    assert queue.stats.msgs_out == 0

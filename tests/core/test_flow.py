@@ -167,6 +167,21 @@ def test_connection_limit_across_two_subscriptions(broker: Broker) -> None:
     assert one_more.message.body not in bodies(first)
 
 
+def test_connection_limit_shares_freed_slots_among_subscriptions(broker: Broker) -> None:
+    producer = Client(broker)
+    consumer = Client(broker, ConnectionFlow(limit=4, limit_enabled=True))
+    for i in range(10):
+        producer.send("/queue/a", b"a%d" % i)
+        producer.send("/queue/b", b"b%d" % i)
+    consumer.subscribe("/queue/a", "sa", limit=100)  # takes all four slots first
+    consumer.subscribe("/queue/b", "sb", limit=100)
+    first = consumer.take()
+    assert bodies(first) == [b"a0", b"a1", b"a2", b"a3"]
+    consumer.ack(first[0])
+    # The freed slot goes to the subscription holding nothing, not back to the first one.
+    assert bodies(consumer.take()) == [b"b0"]
+
+
 def test_connection_limit_disabled_by_default(broker: Broker) -> None:
     producer, consumer = Client(broker), Client(broker, ConnectionFlow(limit=4))
     for i in range(10):

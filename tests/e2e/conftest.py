@@ -2,36 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from sluiceway.testing import BrokerThread
+from tests.conftest import BrokerFactory
 from tests.e2e.rawclient import RawClient
 
-BrokerFactory = Callable[..., BrokerThread]
+__all__ = ["BrokerFactory", "ClientFactory"]
+
 ClientFactory = Callable[..., RawClient]
-
-
-@pytest.fixture
-def make_broker() -> Iterator[BrokerFactory]:
-    """Start brokers with the given properties; all are stopped after the test."""
-    started: list[BrokerThread] = []
-
-    def make(properties: Mapping[str, str] | None = None) -> BrokerThread:
-        broker = BrokerThread(properties)
-        broker.start()
-        started.append(broker)
-        return broker
-
-    yield make
-    for broker in started:
-        broker.stop()
-
-
-@pytest.fixture
-def broker(make_broker: BrokerFactory) -> BrokerThread:
-    return make_broker()
 
 
 @pytest.fixture

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import re
-import signal
 import subprocess
 import sys
 import time
@@ -13,53 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from sluiceway.testing import BrokerProcess
 from tests.e2e.rawclient import ConnectionClosed, RawClient
-
-READY = re.compile(r"ready: STOMP on (\S+):(\d+)")
 
 
 def sluiceway(*args: str) -> list[str]:
     return [sys.executable, "-m", "sluiceway", *args]
 
 
-class BrokerProcess:
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            sluiceway("broker", "--port", "0", *args),
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        self.lines: list[str] = []
-        self.port = self._wait_ready()
-
-    def _wait_ready(self, timeout: float = 20.0) -> int:
-        assert self.process.stderr is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.process.stderr.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            match = READY.search(line)
-            if match:
-                assert match.group(1) == "127.0.0.1"
-                return int(match.group(2))
-        raise AssertionError("the broker never logged its ready line:\n" + "".join(self.lines))
-
-    def stop(self, timeout: float = 20.0) -> tuple[int, str]:
-        self.process.send_signal(signal.SIGTERM)
-        _, rest = self.process.communicate(timeout=timeout)
-        return self.process.returncode, "".join(self.lines) + rest
-
-
 @pytest.fixture
 def broker_process() -> Iterator[BrokerProcess]:
-    broker = BrokerProcess()
-    yield broker
-    if broker.process.poll() is None:
-        broker.process.kill()
-        broker.process.communicate()
+    with BrokerProcess() as broker:
+        yield broker
 
 
 def test_ready_line_then_clean_shutdown_on_sigterm(broker_process: BrokerProcess) -> None:
@@ -109,18 +71,13 @@ def test_bad_value_in_file_names_property_and_accepted_values(tmp_path: Path) ->
 def test_config_file_is_applied(tmp_path: Path) -> None:
     path = tmp_path / "broker.properties"
     path.write_text("imq.destination.queue.capped.consumerFlowLimit=2\n")
-    broker = BrokerProcess("--config", str(path))
-    try:
+    with BrokerProcess("--config", str(path)) as broker:
         client = RawClient(broker.port)
         client.connect()
         receipt = client.subscribe("/queue/capped", consumer_flow_limit="50")
         assert receipt.headers["consumer-flow-limit"] == "2"
         client.close()
         assert broker.stop()[0] == 0
-    finally:
-        if broker.process.poll() is None:
-            broker.process.kill()
-            broker.process.communicate()
 
 
 def test_help_and_property_list() -> None:

@@ -797,10 +797,28 @@ def test_header_count_limit(make_broker: BrokerFactory, dial: Dialer) -> None:
     broker = make_broker({"imq.stomp.max_header_count": "6"})
     client = dial(broker.port)
     client.connect()
+    # BEGIN, not SEND: a SEND must also leave room for the headers the broker adds to the
+    # MESSAGE (test_send_leaves_room_for_the_broker_headers).
     four = {f"h{i}": "v" for i in range(4)}
-    client.request("SEND", {"destination": "/queue/limits", **four})  # 6 headers
-    client.send("SEND", {"destination": "/queue/limits", "receipt": "r", **four, "h4": "v"})
+    client.request("BEGIN", {"transaction": "t1", **four})  # 6 headers with the receipt
+    client.send("BEGIN", {"transaction": "t2", "receipt": "r", **four, "h4": "v"})
     expect_limit_error(client, "400", "imq.stomp.max_header_count")
+
+
+def test_send_leaves_room_for_the_broker_headers(make_broker: BrokerFactory, dial: Dialer) -> None:
+    broker = make_broker({"imq.stomp.max_header_count": "20"})
+    client = dial(broker.port)
+    client.connect()
+    client.subscribe("/queue/room", ack="auto")
+    # 6 + destination + receipt + content-length = 9 = 20 - 11
+    fits = {f"h{i}": "v" for i in range(6)}
+    client.request("SEND", {"destination": "/queue/room", **fits}, b"ok")
+    (message,) = client.receive(1)
+    assert len(message.headers) <= 20  # the MESSAGE is within the same limit
+    client.send("SEND", {"destination": "/queue/room", "receipt": "r", **fits, "h6": "v"}, b"no")
+    error = client.expect("ERROR")
+    assert error.headers["status"] == "400"
+    assert b"imq.stomp.max_header_count" in error.body
 
 
 def test_header_length_limit(make_broker: BrokerFactory, dial: Dialer) -> None:

@@ -12,18 +12,20 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sluiceway.core.destination import Queue
+from sluiceway.core.destination import Destination, Queue
 from sluiceway.core.flow import ConnectionFlow, ConsumerFlow
 from sluiceway.core.message import Message
 from sluiceway.core.subscription import (
     AckMode,
+    BrowserSubscription,
     Delivery,
+    MessageFilter,
     QueueSubscription,
     Subscription,
     TopicSubscription,
 )
 from sluiceway.core.transaction import Transaction
-from sluiceway.errors import BadRequest, Conflict, ResourceFull
+from sluiceway.errors import BadRequest, Conflict, EntityTooLarge, ResourceFull
 from sluiceway.naming import DestinationName
 
 if TYPE_CHECKING:
@@ -123,7 +125,12 @@ class CoreConnection:
         return deliveries
 
     def _refill_all(self) -> None:
-        for subscription in list(self.subscriptions.values()):
+        # Least loaded first: when the connection flow limit frees one slot, it goes to the
+        # subscription holding the fewest messages, so no subscription of the connection starves.
+        by_load = sorted(self.subscriptions.values(), key=lambda s: s.window.outstanding)
+        for subscription in by_load:
+            if not self.can_stage():
+                return
             if subscription.window.has_credit():
                 subscription.refill()
 
@@ -138,8 +145,13 @@ class CoreConnection:
         requested_limit: int,
         threshold: int,
         prefetch: bool,
+        selector: MessageFilter | None = None,
+        browser: bool = False,
     ) -> Subscription:
-        """Create a subscription; it is given messages at once if any are waiting."""
+        """Create a subscription; it is given messages at once if any are waiting.
+
+        With `browser`, the subscription browses a queue instead (see BrowserSubscription).
+        """
         if sub_id in self.subscriptions:
             raise Conflict(
                 "subscription id in use",
@@ -161,20 +173,21 @@ class CoreConnection:
             destination_limit=destination.settings.consumer_flow_limit,
         )
         self._next_subscription += 1
-        cls = QueueSubscription if isinstance(destination, Queue) else TopicSubscription
+        cls = _subscription_class(destination, browser)
         subscription = cls(
             sub_id=sub_id,
             number=self._next_subscription,
             connection=self,
             destination=destination,
-            ack_mode=ack_mode,
+            ack_mode=AckMode.AUTO if browser else ack_mode,
             flow=flow,
+            selector=selector,
         )
         self.subscriptions[sub_id] = subscription
         self._by_number[subscription.number] = subscription
         if isinstance(subscription, QueueSubscription):
             subscription.queue.attach(subscription)
-        else:
+        elif isinstance(subscription, TopicSubscription):
             subscription.topic.attach(subscription)
         subscription.refill()
         return subscription
@@ -221,6 +234,16 @@ class CoreConnection:
         transaction: str | None = None,
     ) -> Message:
         """Accept a message for `name` (published now, or at COMMIT of `transaction`)."""
+        max_size = self.broker.config.message_max_size
+        if 0 <= max_size < len(body):
+            raise EntityTooLarge(
+                "message too large",
+                f"a message of {len(body)} bytes for {name} exceeds imq.message.max_size "
+                f"({max_size} bytes); send smaller messages or raise the limit",
+                destination=name.path,
+                limit="imq.message.max_size",
+                limit_value=str(max_size),
+            )
         destination = self.broker.registry.resolve(name)
         message = Message(
             id=self.broker.new_message_id(),
@@ -349,3 +372,14 @@ class CoreConnection:
             del self.subscriptions[subscription.id]
             self._drop(subscription)
         self.broker.connection_closed(self)
+
+
+def _subscription_class(destination: Destination, browser: bool) -> type[Subscription]:
+    if browser:
+        if not isinstance(destination, Queue):
+            raise BadRequest(
+                "only queues can be browsed",
+                f"{destination.name} is a topic; a browser (browser:true) reads a queue",
+            )
+        return BrowserSubscription
+    return QueueSubscription if isinstance(destination, Queue) else TopicSubscription

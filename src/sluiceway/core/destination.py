@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sluiceway.config import DestinationSettings, DispatchPolicy
+from sluiceway.config import DestinationSettings
+from sluiceway.core import dispatch
 from sluiceway.core.clock import Clock
 from sluiceway.core.message import Message
 from sluiceway.core.pending import PendingList
@@ -103,7 +104,7 @@ class Destination:
 class Queue(Destination):
     """Point to point: each message to exactly one consumer."""
 
-    __slots__ = ("_rotation", "consumers", "pending")
+    __slots__ = ("_selective", "consumers", "pending", "rotation")
 
     def __init__(
         self,
@@ -115,7 +116,8 @@ class Queue(Destination):
         super().__init__(name, settings, clock, store)
         self.pending = PendingList()
         self.consumers: list[QueueSubscription] = []
-        self._rotation = 0  # where the fair policy starts looking, so ties rotate
+        self.rotation = 0  # where the fair policy starts looking, so ties rotate
+        self._selective = 0  # consumers with a selector
 
     @property
     def subscription_count(self) -> int:
@@ -134,18 +136,24 @@ class Queue(Destination):
         if self.consumers:
             self.dispatch()
 
+    @property
+    def selective(self) -> bool:
+        """True while some consumer has a selector (dispatch must then scan)."""
+        return self._selective > 0
+
     def attach(self, consumer: QueueSubscription) -> None:
         self.consumers.append(consumer)
+        if consumer.selector is not None:
+            self._selective += 1
 
     def detach(self, consumer: QueueSubscription) -> None:
         self.consumers.remove(consumer)
+        if consumer.selector is not None:
+            self._selective -= 1
 
     def refill(self, consumer: QueueSubscription) -> None:
         """`consumer` can take more messages: give it what the policy allows."""
-        if self.settings.dispatch_policy is DispatchPolicy.OPENMQ:
-            self._fill(consumer)
-        else:
-            self.dispatch()
+        dispatch.refill(self, consumer)
 
     def give_back(self, messages: list[Message], *, delivered: bool) -> None:
         """Take back messages for delivery again, each at its place in the pending list."""
@@ -172,60 +180,8 @@ class Queue(Destination):
         return len(removed)
 
     def dispatch(self) -> None:
-        """Stage pending messages to ready consumers according to the dispatch policy."""
-        if not self.pending or not self.consumers:
-            return
-        if self.settings.dispatch_policy is DispatchPolicy.OPENMQ:
-            # Open MQ: consumers are served in the order they subscribed; each ready one takes
-            # up to its window before the next is considered ("first come, first serve").
-            for consumer in self.consumers:
-                self._fill(consumer)
-                if not self.pending:
-                    return
-        else:
-            self._dispatch_fair()
-
-    def _fill(self, consumer: QueueSubscription) -> None:
-        pending = self.pending
-        now = self.clock.time_ms()
-        while pending and consumer.ready():
-            message = pending.pop()
-            assert message is not None
-            if message.expires and message.expired(now):
-                self.expired(message)
-                continue
-            consumer.stage(message)
-
-    def _dispatch_fair(self) -> None:
-        """Each message to the ready consumer with the fewest outstanding messages.
-
-        Ties go to the consumer after the last one served, so equal consumers take turns. One
-        pass over the consumers per message.
-        """
-        pending = self.pending
-        consumers = self.consumers
-        count = len(consumers)
-        now = self.clock.time_ms()
-        while pending:
-            best: QueueSubscription | None = None
-            best_index = 0
-            best_load = 0
-            for offset in range(count):
-                index = (self._rotation + offset) % count
-                consumer = consumers[index]
-                if consumer.ready():
-                    load = consumer.window.outstanding
-                    if best is None or load < best_load:
-                        best, best_index, best_load = consumer, index, load
-            if best is None:
-                return
-            message = pending.pop()
-            assert message is not None
-            if message.expires and message.expired(now):
-                self.expired(message)
-                continue
-            best.stage(message)
-            self._rotation = (best_index + 1) % count
+        """Stage pending messages to ready consumers (see `core.dispatch`)."""
+        dispatch.dispatch(self)
 
 
 class Topic(Destination):
@@ -254,12 +210,14 @@ class Topic(Destination):
     def publish(self, message: Message) -> None:
         message.seq = self.next_seq()
         self.stats.received(message)
-        if not self.subscribers:
-            self.stats.discarded += 1
-            return
+        taken = False
         for subscriber in self.subscribers:
-            subscriber.pending.append(message)
-            subscriber.fill()
+            if subscriber.accepts(message):
+                subscriber.pending.append(message)
+                subscriber.fill()
+                taken = True
+        if not taken:
+            self.stats.discarded += 1  # no subscriber, or none whose selector matches
 
     def attach(self, subscriber: TopicSubscription) -> None:
         self.subscribers.append(subscriber)

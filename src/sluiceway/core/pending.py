@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from sluiceway.core.message import Message
 
@@ -94,6 +96,55 @@ class PendingList:
         self._mask = self._count = self._bytes = self._expiring = 0
         return messages
 
+    def following(self, cursor: tuple[int, int], limit: int) -> list[Message]:
+        """Up to `limit` messages after position `cursor` = (priority, seq), in delivery order.
+
+        For browsing: nothing is removed. Start with cursor (PRIORITY_LEVELS, 0) for the first.
+        """
+        found: list[Message] = []
+        cursor_priority, cursor_seq = cursor
+        for priority in range(min(cursor_priority, PRIORITY_LEVELS - 1), -1, -1):
+            level = self._levels[priority]
+            if not level:
+                continue
+            start = 0
+            if priority == cursor_priority:
+                start = bisect.bisect_right(level, cursor_seq, key=_seq)
+            found.extend(itertools.islice(level, start, start + limit - len(found)))
+            if len(found) >= limit:
+                break
+        return found
+
+    def extract(self, choose: Callable[[Message], bool], stop: Callable[[], bool]) -> int:
+        """Scan in delivery order, removing each message `choose` takes; return how many.
+
+        `choose(message)` returns True when it took the message (it is removed). The scan ends
+        early when `stop()` is true. O(n) in the messages scanned: used for consumers with
+        selectors, whose next message may be anywhere in the list.
+        """
+        taken = 0
+        for priority in range(PRIORITY_LEVELS - 1, -1, -1):
+            level = self._levels[priority]
+            if not level:
+                continue
+            kept: deque[Message] = deque()
+            for index, message in enumerate(level):
+                if stop():
+                    kept.extend(itertools.islice(level, index, None))
+                    break
+                if choose(message):
+                    self._removed(message)
+                    taken += 1
+                else:
+                    kept.append(message)
+            if len(kept) != len(level):
+                self._levels[priority] = kept
+                if not kept:
+                    self._mask &= ~(1 << priority)
+            if stop():
+                break
+        return taken
+
     def __iter__(self) -> Iterator[Message]:
         """Messages in delivery order (for inspection; does not remove them)."""
         for level in reversed(self._levels):
@@ -111,3 +162,7 @@ class PendingList:
         self._bytes -= len(message.body)
         if message.expires:
             self._expiring -= 1
+
+
+def _seq(message: Message) -> int:
+    return message.seq

@@ -12,12 +12,12 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sluiceway.core.destination import Destination, Queue, Topic
 from sluiceway.core.flow import UNLIMITED_STAGING, ConsumerFlow, ConsumerWindow
 from sluiceway.core.message import Message
-from sluiceway.core.pending import PendingList
+from sluiceway.core.pending import PRIORITY_LEVELS, PendingList
 
 if TYPE_CHECKING:
     from sluiceway.core.connection import CoreConnection
@@ -29,6 +29,14 @@ class AckMode(enum.Enum):
     AUTO = "auto"  # consumed when written to the connection
     CLIENT = "client"  # an ACK acknowledges every earlier message of the subscription too
     CLIENT_INDIVIDUAL = "client-individual"  # an ACK acknowledges one message
+
+
+class MessageFilter(Protocol):
+    """A compiled message selector."""
+
+    text: str
+
+    def matches(self, message: Message) -> bool: ...
 
 
 class Delivery(NamedTuple):
@@ -51,6 +59,7 @@ class Subscription:
         "id",
         "number",
         "paused_since",
+        "selector",
         "staged",
         "unacked",
         "window",
@@ -65,8 +74,10 @@ class Subscription:
         destination: Destination,
         ack_mode: AckMode,
         flow: ConsumerFlow,
+        selector: MessageFilter | None = None,
     ) -> None:
         self.id = sub_id
+        self.selector = selector
         self.number = number  # unique within the connection; part of STOMP 1.2 ack ids
         self.connection = connection
         self.destination = destination
@@ -83,6 +94,10 @@ class Subscription:
         """Per-kind state; called at the end of __init__."""
 
     # -- readiness ---------------------------------------------------------------------------
+
+    def accepts(self, message: Message) -> bool:
+        """Whether this subscription's selector (if any) matches `message`."""
+        return self.selector is None or self.selector.matches(message)
 
     def ready(self) -> bool:
         """May the destination stage another message here now?"""
@@ -283,3 +298,62 @@ class TopicSubscription(Subscription):
                 self.destination.expired(message)
                 continue
             self.stage(message)
+
+
+class BrowserSubscription(Subscription):
+    """A queue browser: the queue's messages in delivery order, without consuming them.
+
+    A cursor (priority, sequence number) walks the queue's pending list, so browsing holds no copy
+    of the backlog; messages that arrive behind the cursor while browsing are seen, ones that
+    arrive ahead of it are not (JMS allows a browser either view). When the cursor reaches the
+    end, one marker message with the header `browser:end` is written and the browse is over.
+    """
+
+    __slots__ = ("_cursor", "_done", "queue")
+
+    def _setup(self) -> None:
+        assert isinstance(self.destination, Queue)
+        assert self.ack_mode is AckMode.AUTO
+        self.queue = self.destination
+        self._cursor = (PRIORITY_LEVELS, 0)  # before the first message
+        self._done = False
+
+    def refill(self) -> None:
+        self.fill()
+
+    def fill(self) -> None:
+        now = self.connection.clock.time_ms()
+        while not self._done and self.ready():
+            room = self.window.credit if self.window.limit > 0 else UNLIMITED_STAGING
+            batch = self.queue.pending.following(self._cursor, room)
+            if not batch:
+                self._done = True
+                self.stage(self._end_marker())
+                return
+            for message in batch:
+                self._cursor = (message.priority, message.seq)
+                if not message.expired(now) and self.accepts(message):
+                    self.stage(message)
+
+    def _end_marker(self) -> Message:
+        return Message(
+            id=f"{self.queue.name.name}-browser-end-{self.number}",
+            destination=self.queue.name,
+            body=b"",
+            headers=(("browser", "end"),),
+            priority=0,
+            expires=0,
+            persistent=False,
+            timestamp=self.connection.clock.time_ms(),
+        )
+
+    def write(self, message: Message) -> Delivery:
+        # Browsing consumes nothing: the window is released as the message is written.
+        self.release(1)
+        return Delivery(self, message, message.delivery_count)
+
+    def return_to_source(self, messages: list[Message], *, delivered: bool) -> None:
+        pass  # the messages never left the queue
+
+    def detach(self) -> None:
+        pass  # a browser is not one of the queue's consumers

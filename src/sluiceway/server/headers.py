@@ -24,6 +24,7 @@ from sluiceway.core.subscription import AckMode
 from sluiceway.errors import BadRequest
 from sluiceway.naming import DestinationName, parse_destination
 from sluiceway.protocol.frames import Frame, StompVersion
+from sluiceway.server.render import BROKER_MESSAGE_HEADERS
 
 SUPPORTED_VERSIONS: Final = (StompVersion.V1_0, StompVersion.V1_1, StompVersion.V1_2)
 MAX_HEARTBEAT_MS: Final = 2**31 - 1  # about 24 days: any longer interval means "never" in practice
@@ -210,7 +211,15 @@ class SendRequest:
     headers: tuple[tuple[str, str], ...]
 
 
-def send_request(frame: Frame) -> SendRequest:
+def send_request(frame: Frame, max_header_count: int) -> SendRequest:
+    allowed = max_header_count - BROKER_MESSAGE_HEADERS
+    if len(frame.headers) > allowed:
+        raise BadRequest(
+            "too many headers",
+            f"a SEND may carry at most {allowed} headers (imq.stomp.max_header_count "
+            f"{max_header_count}, less {BROKER_MESSAGE_HEADERS} the broker adds to each MESSAGE); "
+            f"this one has {len(frame.headers)}",
+        )
     return SendRequest(
         destination=destination(frame),
         priority=integer(frame, "priority", DEFAULT_PRIORITY, minimum=0, maximum=9),

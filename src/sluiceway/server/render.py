@@ -16,6 +16,9 @@ from sluiceway.protocol.codec import encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
 
 ACK_SEPARATOR = "/"  # ack id = "<subscription number>/<message id>": needs no escaping
+# Headers the broker puts on every MESSAGE besides the producer's: a SEND may carry at most
+# imq.stomp.max_header_count minus these, so the MESSAGE stays within the same limit.
+BROKER_MESSAGE_HEADERS = 11
 
 
 def ack_id(delivery: Delivery) -> str:
@@ -104,6 +107,7 @@ def error_frame(
     }
     if receipt is not None and echoable(receipt, version):
         headers["receipt-id"] = receipt
+    headers.update(_refusal_headers(error))
     if extra:
         headers.update(extra)
     body = (str(error) + "\n").encode()
@@ -112,3 +116,27 @@ def error_frame(
 
 def connected_frame(headers: dict[str, str]) -> bytes:
     return encode_frame(Frame("CONNECTED", headers))
+
+
+def failed_receipt_frame(receipt: str, error: BrokerError, version: StompVersion | None) -> bytes:
+    """A RECEIPT saying the frame was refused (for clients that sent `failed-receipts:true`)."""
+    headers = {
+        "receipt-id": receipt,
+        "status": str(int(error.status)),
+        "message": " ".join(error.summary.split()),
+        "detail": " ".join(str(error).split()),
+    }
+    headers.update(_refusal_headers(error))
+    return encode_frame(Frame("RECEIPT", headers), version)
+
+
+def _refusal_headers(error: BrokerError) -> dict[str, str]:
+    """`destination`, `limit` and `limit-value` of a refusal caused by a limit."""
+    headers = {}
+    if error.destination is not None:
+        headers["destination"] = error.destination
+    if error.limit is not None:
+        headers["limit"] = error.limit
+    if error.limit_value is not None:
+        headers["limit-value"] = error.limit_value
+    return headers

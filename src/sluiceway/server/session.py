@@ -21,6 +21,7 @@ from sluiceway import __version__
 from sluiceway.core.broker import Broker
 from sluiceway.core.connection import CoreConnection
 from sluiceway.core.flow import UNLIMITED, ConnectionFlow
+from sluiceway.core.selector import compile_selector
 from sluiceway.core.subscription import Subscription
 from sluiceway.errors import (
     BadRequest,
@@ -44,6 +45,7 @@ from sluiceway.server.render import (
     connected_frame,
     echoable,
     error_frame,
+    failed_receipt_frame,
     message_frame,
     parse_ack_id,
     receipt_frame,
@@ -76,6 +78,9 @@ class StompSession:
         self.heartbeat = h.HeartBeat(0, 0)
         self.flow = ConnectionFlow()
         self.core: CoreConnection | None = None
+        # CONNECT `failed-receipts:true`: refusals of frames that asked for a receipt come back as
+        # a RECEIPT with a status, and the connection stays open (an extension of this broker).
+        self.failed_receipts = False
         self._on_ready = on_ready
         self._decoder = FrameDecoder(
             max_frame_size=config.max_frame_size,
@@ -177,8 +182,17 @@ class StompSession:
         receipt = frame.headers.get("receipt")
         try:
             handler = self._check(frame)
+        except BrokerError as exc:
+            self.fail(exc, receipt)
+            return
+        try:
             extra = handler(frame)
         except BrokerError as exc:
+            if receipt is not None and self.failed_receipts:
+                # The client understands failed receipts: refuse this frame, keep the session.
+                log.info("%s: refused %s: %s", self.peer, frame.command, exc)
+                self._control.append(failed_receipt_frame(receipt, exc, self.version))
+                return
             self.fail(exc, receipt)
             return
         except Exception:
@@ -250,6 +264,7 @@ class StompSession:
                 frame, config.heartbeat_send_ms, config.heartbeat_receive_ms
             )
         flow = h.connection_flow(frame)
+        self.failed_receipts = h.boolean(frame, "failed-receipts", False)
         self.core = self.broker.open_connection(flow=flow, on_ready=self._on_ready)
         self.version, self.heartbeat, self.flow = version, heartbeat, flow
         self._decoder.version = version
@@ -261,6 +276,7 @@ class StompSession:
             "connection-flow-count": str(flow.count),
             "connection-flow-limit": str(flow.limit),
             "connection-flow-limit-enabled": "true" if flow.limit_enabled else "false",
+            "failed-receipts": "true" if self.failed_receipts else "false",
         }
         if version is not StompVersion.V1_0:
             reply["heart-beat"] = f"{config.heartbeat_send_ms},{config.heartbeat_receive_ms}"
@@ -269,7 +285,7 @@ class StompSession:
         return None
 
     def _on_send(self, frame: Frame) -> Extra:
-        request = h.send_request(frame)
+        request = h.send_request(frame, self.broker.config.max_header_count)
         self._connection().send(
             request.destination,
             frame.body,
@@ -288,12 +304,13 @@ class StompSession:
             if self.version is not StompVersion.V1_0:
                 raise BadRequest("missing id header", "a SUBSCRIBE frame must carry an id header")
             sub_id = destination.path  # STOMP 1.0: the destination identifies the subscription
-        for name in ("selector", "durable-subscription-name", "activemq.subscriptionName"):
+        for name in ("durable-subscription-name", "activemq.subscriptionName"):
             if name in frame.headers:
                 raise BadRequest(
                     f"{name} is not supported",
                     f"this broker does not yet support the {name} header; subscribe without it",
                 )
+        text = frame.headers.get("selector", "")
         request = h.flow_request(frame)
         subscription = self._connection().subscribe(
             sub_id,
@@ -302,6 +319,8 @@ class StompSession:
             requested_limit=request.limit,
             threshold=request.threshold,
             prefetch=request.prefetch,
+            selector=compile_selector(text) if text.strip() else None,
+            browser=h.boolean(frame, "browser", False),
         )
         flow = subscription.flow
         return {

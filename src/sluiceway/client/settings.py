@@ -1,0 +1,309 @@
+"""Connection-factory attributes: Open MQ's names and defaults, Pythonic keywords.
+
+Each attribute has an Open MQ name (`imqConsumerFlowLimit`), accepted from a dict or a
+properties file with Open MQ's units, and a Python keyword (`consumer_flow_limit`) whose times are
+in seconds. A bad value raises ConfigError at construction, naming the attribute.
+
+Attributes (Open MQ name: keyword, default; meaning):
+
+- imqAddressList: address, stomp://127.0.0.1:61613; comma-separated addresses, tried in order
+- imqAddressListIterations: address_list_iterations, 1; passes over the list per (re)connect
+- imqDefaultUsername / imqDefaultPassword: username / password, none; STOMP login / passcode
+- imqConfiguredClientID: client_id, none; the client id (durable subscriptions)
+- imqConsumerFlowLimit: consumer_flow_limit, 1000; messages per consumer (0 or -1: no limit)
+- imqConsumerFlowThreshold: consumer_flow_threshold, 50; percent of the limit at which the
+  broker tops up
+- imqConsumerFlowLimitPrefetch: consumer_flow_limit_prefetch, true; false: one at a time
+- imqConnectionFlowCount: connection_flow_count, 100; payload frames between control frames
+- imqConnectionFlowLimit: connection_flow_limit, 1000; messages per connection, when enabled
+- imqConnectionFlowLimitEnabled: connection_flow_limit_enabled, false
+- imqAckTimeout: ack_timeout, 0 ms / None s; longest wait for a broker reply (0/None: none)
+- imqAckOnProduce: ack_on_produce, unset; true: every send waits for a receipt, false: none
+  does, unset: persistent ones do
+- imqReconnectEnabled: reconnect_enabled, false; reopen a lost connection
+- imqReconnectAttempts: reconnect_attempts, 0; attempts per address (-1: no limit; 0: one)
+- imqReconnectInterval: reconnect_interval, 3000 ms / 3.0 s; pause between attempts
+- imqPingInterval: ping_interval, 30 s; heart-beat interval both ways (0: none)
+- imqQueueBrowserMaxMessagesPerRetrieve: queue_browser_max_messages_per_retrieve, 1000
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from sluiceway.config import int_parser, parse_bool
+from sluiceway.errors import ConfigError
+from sluiceway.javaprops import load_properties
+
+DEFAULT_ADDRESS: Final = "stomp://127.0.0.1:61613"
+DEFAULT_PORT: Final = 61613
+
+
+@dataclass(frozen=True, slots=True)
+class Attribute:
+    """One connection-factory attribute: its Open MQ name and how to read it.
+
+    `from_text` reads the Open MQ form (a string in Open MQ's unit); `check` validates and
+    normalises a Python keyword value (seconds for times).
+    """
+
+    name: str
+    from_text: Callable[[str], Any]
+    check: Callable[[Any], Any]
+    doc: str
+
+
+def attr(
+    name: str, from_text: Callable[[str], Any], check: Callable[[Any], Any], default: Any, doc: str
+) -> Any:
+    return field(default=default, metadata={"attribute": Attribute(name, from_text, check, doc)})
+
+
+# -- validators for keyword values ------------------------------------------------------------
+
+
+def _int_check(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError("an integer")
+        if value < minimum or (maximum is not None and value > maximum):
+            upper = f" to {maximum}" if maximum is not None else ""
+            raise ValueError(f"an integer from {minimum}{upper}")
+        return value
+
+    return check
+
+
+def _bool_check(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("True or False")
+    return value
+
+
+def _optional_bool_check(value: Any) -> bool | None:
+    return None if value is None else _bool_check(value)
+
+
+def _seconds_check(allow_none: bool) -> Callable[[Any], float | None]:
+    def check(value: Any) -> float | None:
+        if value is None and allow_none:
+            return None
+        accepted = "a number of seconds, 0 or more" + (", or None" if allow_none else "")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(accepted)
+        if value < 0:
+            raise ValueError(accepted)
+        return None if (allow_none and value == 0) else float(value)
+
+    return check
+
+
+def _text_check(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError("a string")
+    return value
+
+
+def _addresses_check(value: Any) -> tuple[tuple[str, int], ...]:
+    if isinstance(value, tuple):
+        return value
+    if not isinstance(value, str):
+        raise TypeError("a string such as stomp://127.0.0.1:61613")
+    return parse_addresses(value)
+
+
+def parse_addresses(text: str) -> tuple[tuple[str, int], ...]:
+    """`stomp://host:port[,stomp://host:port...]` (or bare `host:port`) into (host, port) pairs."""
+    addresses = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        split = urlsplit(part if "://" in part else f"stomp://{part}")
+        if split.scheme != "stomp" or not split.hostname:
+            raise ValueError(f"addresses of the form stomp://HOST:PORT, not {part!r}")
+        try:
+            port = split.port or DEFAULT_PORT
+        except ValueError:
+            raise ValueError(f"a valid port in {part!r}") from None
+        addresses.append((split.hostname, port))
+    if not addresses:
+        raise ValueError("at least one address, such as stomp://127.0.0.1:61613")
+    return tuple(addresses)
+
+
+def _ms_to_seconds(text: str) -> float | None:
+    return int_parser(minimum=0)(text) / 1000 or None
+
+
+def _ms_to_seconds_required(text: str) -> float:
+    return int_parser(minimum=0)(text) / 1000
+
+
+def _optional_bool_text(text: str) -> bool | None:
+    return None if text.strip() == "" else parse_bool(text)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """Every attribute of a connection factory, validated."""
+
+    addresses: tuple[tuple[str, int], ...] = attr(
+        "imqAddressList",
+        parse_addresses,
+        _addresses_check,
+        ((("127.0.0.1", DEFAULT_PORT)),),
+        "broker addresses, tried in order",
+    )
+    address_list_iterations: int = attr(
+        "imqAddressListIterations",
+        int_parser(minimum=1),
+        _int_check(1),
+        1,
+        "passes over the address list when connecting",
+    )
+    username: str | None = attr("imqDefaultUsername", str, _text_check, None, "STOMP login")
+    password: str | None = attr("imqDefaultPassword", str, _text_check, None, "STOMP passcode")
+    client_id: str | None = attr(
+        "imqConfiguredClientID", str, _text_check, None, "client id, for durable subscriptions"
+    )
+    consumer_flow_limit: int = attr(
+        "imqConsumerFlowLimit",
+        int_parser(minimum=-1),
+        _int_check(-1),
+        1000,
+        "messages per consumer",
+    )
+    consumer_flow_threshold: int = attr(
+        "imqConsumerFlowThreshold",
+        int_parser(0, 100),
+        _int_check(0, 100),
+        50,
+        "percent of the limit",
+    )
+    consumer_flow_limit_prefetch: bool = attr(
+        "imqConsumerFlowLimitPrefetch", parse_bool, _bool_check, True, "prefetch messages"
+    )
+    connection_flow_count: int = attr(
+        "imqConnectionFlowCount",
+        int_parser(minimum=0),
+        _int_check(0),
+        100,
+        "payload frames between control frames",
+    )
+    connection_flow_limit: int = attr(
+        "imqConnectionFlowLimit",
+        int_parser(minimum=1),
+        _int_check(1),
+        1000,
+        "messages per connection",
+    )
+    connection_flow_limit_enabled: bool = attr(
+        "imqConnectionFlowLimitEnabled",
+        parse_bool,
+        _bool_check,
+        False,
+        "enable the connection limit",
+    )
+    ack_timeout: float | None = attr(
+        "imqAckTimeout",
+        _ms_to_seconds,
+        _seconds_check(True),
+        None,
+        "longest wait for a broker reply, seconds",
+    )
+    ack_on_produce: bool | None = attr(
+        "imqAckOnProduce",
+        _optional_bool_text,
+        _optional_bool_check,
+        None,
+        "which sends wait for a receipt",
+    )
+    reconnect_enabled: bool = attr(
+        "imqReconnectEnabled", parse_bool, _bool_check, False, "reopen lost connections"
+    )
+    reconnect_attempts: int = attr(
+        "imqReconnectAttempts", int_parser(minimum=-1), _int_check(-1), 0, "attempts per address"
+    )
+    reconnect_interval: float = attr(
+        "imqReconnectInterval",
+        _ms_to_seconds_required,
+        _seconds_check(False),
+        3.0,
+        "pause between attempts, seconds",
+    )
+    ping_interval: float = attr(
+        "imqPingInterval",
+        lambda t: float(int_parser(minimum=0)(t)),
+        _seconds_check(False),
+        30.0,
+        "heart-beat interval, seconds",
+    )
+    queue_browser_max_messages_per_retrieve: int = attr(
+        "imqQueueBrowserMaxMessagesPerRetrieve",
+        int_parser(minimum=1),
+        _int_check(1),
+        1000,
+        "browser batch size",
+    )
+
+    @property
+    def attempts_per_address(self) -> int | None:
+        """Reconnection attempts per address; None: no limit (imqReconnectAttempts -1)."""
+        if self.reconnect_attempts < 0:
+            return None
+        return max(1, self.reconnect_attempts)
+
+
+ATTRIBUTES: Final = {
+    f.metadata["attribute"].name: (f.name, f.metadata["attribute"])
+    for f in dataclasses.fields(ClientSettings)
+}
+KEYWORDS: Final = dict(ATTRIBUTES.values())
+
+
+def build_settings(
+    address: str | None = None,
+    properties: Mapping[str, str] | str | Path | None = None,
+    **keywords: Any,
+) -> ClientSettings:
+    """Settings from Open MQ attributes (a dict or a properties file), then keywords.
+
+    Raises ConfigError naming the first unknown attribute or bad value.
+    """
+    values: dict[str, Any] = {}
+    if isinstance(properties, str | Path):
+        properties = {line.key: line.value for line in load_properties(properties)}
+    for name, text in (properties or {}).items():
+        if name not in ATTRIBUTES:
+            raise ConfigError(
+                name,
+                f"unknown connection-factory attribute {name}; "
+                f"known attributes: {', '.join(sorted(ATTRIBUTES))}",
+            )
+        field_name, attribute = ATTRIBUTES[name]
+        try:
+            values[field_name] = attribute.from_text(text)
+        except ValueError as exc:
+            raise ConfigError(name, f"{name} has the value {text!r}; accepted: {exc}") from None
+    if address is not None:
+        keywords["addresses"] = address
+    for keyword, value in keywords.items():
+        attribute = KEYWORDS.get(keyword)
+        if attribute is None:
+            raise ConfigError(
+                keyword,
+                f"unknown connection-factory keyword {keyword!r}; "
+                f"known keywords: {', '.join(sorted(KEYWORDS))}",
+            )
+        try:
+            values[keyword] = attribute.check(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                keyword, f"{keyword} ({attribute.name}) = {value!r}; accepted: {exc}"
+            ) from None
+    return ClientSettings(**values)

@@ -1,0 +1,258 @@
+"""One physical STOMP connection of the client: socket, codec, heart-beats and pending receipts.
+
+It reuses the broker's sans-IO codec. Frames are written with `send`; a frame that must be
+confirmed goes through `request`, which waits for its RECEIPT. Every pending request is kept in
+one store and all of them fail together, with a clear error, when the connection goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from sluiceway.errors import (
+    BrokerError,
+    ConnectionClosedError,
+    OperationTimeoutError,
+    RemoteProtocolError,
+    broker_error,
+)
+from sluiceway.protocol.codec import FrameDecoder, encode_frame
+from sluiceway.protocol.frames import HEARTBEAT, Frame, StompVersion
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK: Final = 256 * 1024
+WRITE_HIGH_WATER: Final = 256 * 1024  # above this many unsent bytes, writers wait for the socket
+HEARTBEAT_GRACE: Final = 2.0  # a broker silent for this many agreed intervals is taken for dead
+# The client accepts more headers per frame than the broker does: the broker adds its own
+# headers to each MESSAGE on top of what the producer sent.
+CLIENT_MAX_HEADER_COUNT: Final = 1024
+
+
+def refusal(frame: Frame) -> BrokerError:
+    """The BrokerError an ERROR frame, or a failed RECEIPT, stands for."""
+    headers = frame.headers
+    try:
+        status = int(headers.get("status", "500"))
+    except ValueError:
+        status = 500
+    detail = headers.get("detail")
+    if detail is None and frame.command == "ERROR":
+        detail = frame.body.decode("utf-8", "replace").strip() or None
+    return broker_error(
+        status,
+        headers.get("message", "refused by the broker"),
+        detail,
+        destination=headers.get("destination"),
+        limit=headers.get("limit"),
+        limit_value=headers.get("limit-value"),
+    )
+
+
+class Wire:
+    """A connected STOMP session over one TCP connection."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        on_frame: Callable[[Frame], None],
+        on_lost: Callable[[BaseException], None],
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self._decoder = FrameDecoder(max_header_count=CLIENT_MAX_HEADER_COUNT)
+        self._pending: dict[str, asyncio.Future[Frame]] = {}
+        self._ids = itertools.count(1)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop = asyncio.get_running_loop()
+        self._last_read = self._last_write = self._loop.time()
+        self.version = StompVersion.V1_2
+        self.connected: Frame | None = None
+        self.closed = False
+        self.closing = False  # a DISCONNECT was sent: losing the socket now is expected
+        self.failure: BaseException | None = None
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    async def handshake(self, headers: dict[str, str], timeout: float) -> Frame:
+        """Send CONNECT and wait for CONNECTED; raise the broker's refusal if it sends ERROR."""
+        self._write(Frame("CONNECT", headers))
+        async with asyncio.timeout(timeout):
+            while True:
+                data = await self._reader.read(READ_CHUNK)
+                if not data:
+                    raise ConnectionClosedError("the broker closed the connection during CONNECT")
+                self._decoder.receive_data(data)
+                frame = self._next_frame()
+                if frame is None:
+                    continue
+                self._check_connected(frame)
+                self.connected = frame
+                self.version = StompVersion(frame.headers.get("version", "1.2"))
+                self._decoder.version = self.version
+                return frame
+
+    @staticmethod
+    def _check_connected(frame: Frame) -> None:
+        if frame.command == "ERROR":
+            raise refusal(frame)
+        if frame.command != "CONNECTED":
+            raise RemoteProtocolError(f"expected CONNECTED, got {frame.command}")
+
+    def _next_frame(self) -> Frame | None:
+        while (event := self._decoder.next_event()) is not None:
+            if isinstance(event, Frame):
+                return event
+        return None
+
+    def start(self, send_interval: float, receive_interval: float) -> None:
+        """Start reading, and heart-beating at the negotiated intervals (0: none)."""
+        self._tasks.append(asyncio.create_task(self._read_loop(), name="sluiceway-reader"))
+        if send_interval or receive_interval:
+            self._tasks.append(
+                asyncio.create_task(
+                    self._heartbeat_loop(send_interval, receive_interval),
+                    name="sluiceway-heartbeat",
+                )
+            )
+        # Frames that arrived together with CONNECTED.
+        self._dispatch_buffered()
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def write(self, frame: Frame) -> None:
+        """Write a small frame now, without waiting for the socket (acknowledgements)."""
+        self._write(frame)
+
+    def _write(self, frame: Frame) -> None:
+        if self.closed:
+            raise ConnectionClosedError("the connection is closed") from self.failure
+        self._writer.write(encode_frame(frame, self.version))
+        self._last_write = self._loop.time()
+
+    async def send(self, frame: Frame) -> None:
+        """Write a frame, waiting for the socket only when much is already unsent."""
+        self._write(frame)
+        transport = self._writer.transport
+        if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+            await self._writer.drain()
+
+    async def request(self, frame: Frame, timeout: float | None) -> Frame:
+        """Write `frame` with a receipt and return the RECEIPT; raise the broker's refusal."""
+        receipt = f"c{next(self._ids)}"
+        future: asyncio.Future[Frame] = self._loop.create_future()
+        self._pending[receipt] = future
+        try:
+            await self.send(Frame(frame.command, {**frame.headers, "receipt": receipt}, frame.body))
+            async with asyncio.timeout(timeout):
+                reply = await future
+        except TimeoutError:
+            raise OperationTimeoutError(
+                f"the broker did not confirm {frame.command} within {timeout} s "
+                "(imqAckTimeout or the call's timeout)"
+            ) from None
+        finally:
+            self._pending.pop(receipt, None)
+        if "status" in reply.headers:  # a failed receipt: refused, connection still open
+            raise refusal(reply)
+        return reply
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        try:
+            while data := await self._reader.read(READ_CHUNK):
+                self._last_read = self._loop.time()
+                self._decoder.receive_data(data)
+                self._dispatch_buffered()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the connection is over, whatever the reason
+            self.lose(exc)
+        else:
+            self.lose(ConnectionClosedError("the broker closed the connection"))
+
+    def _dispatch_buffered(self) -> None:
+        while (event := self._decoder.next_event()) is not None:
+            if event is HEARTBEAT:
+                continue
+            assert isinstance(event, Frame)
+            if event.command == "RECEIPT":
+                future = self._pending.get(event.headers.get("receipt-id", ""))
+                if future is not None and not future.done():
+                    future.set_result(event)
+            elif event.command == "ERROR":
+                self._on_error(event)
+            else:
+                self._on_frame(event)
+
+    def _on_error(self, frame: Frame) -> None:
+        error = refusal(frame)
+        future = self._pending.pop(frame.headers.get("receipt-id", ""), None)
+        if future is not None and not future.done():
+            future.set_exception(error)
+        # The broker closes the connection after an ERROR: everything else pending fails.
+        self.lose(error)
+
+    async def _heartbeat_loop(self, send_interval: float, receive_interval: float) -> None:
+        intervals = [i for i in (send_interval, receive_interval) if i]
+        tick = min(intervals) / 2
+        while not self.closed:
+            await asyncio.sleep(tick)
+            now = self._loop.time()
+            if send_interval and now - self._last_write >= send_interval / 2:
+                self._writer.write(b"\n")
+                self._last_write = now
+            if receive_interval and now - self._last_read > receive_interval * HEARTBEAT_GRACE:
+                self.lose(
+                    ConnectionClosedError(
+                        f"the broker sent nothing for {now - self._last_read:.1f} s while "
+                        f"heart-beats were agreed every {receive_interval:.1f} s"
+                    )
+                )
+                return
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def lose(self, exc: BaseException) -> None:
+        """The connection is gone: fail every pending request and tell the owner once."""
+        if self.closed:
+            return
+        self.closed = True
+        self.failure = exc
+        lost = ConnectionClosedError(f"the connection was lost: {exc}")
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(lost)
+        self._pending.clear()
+        self._writer.close()
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+        if not self.closing:
+            self._on_lost(exc)
+
+    async def close(self, timeout: float) -> None:
+        """DISCONNECT politely (waiting for its RECEIPT up to `timeout`), then close."""
+        self.closing = True
+        if not self.closed:
+            # Closing anyway: a refusal or a dead connection only means there is less to do.
+            with contextlib.suppress(
+                BrokerError, ConnectionClosedError, OperationTimeoutError, OSError
+            ):
+                await self.request(Frame("DISCONNECT"), timeout)
+        self.closed = True
+        self._writer.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._writer.wait_closed()
