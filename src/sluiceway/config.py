@@ -129,6 +129,25 @@ def enum_parser(enum_type: type[E]) -> Callable[[str], E]:
     return parse
 
 
+def enum_text_parser(*choices: str) -> Callable[[str], str]:
+    """A parser accepting one of `choices`, case-insensitively."""
+
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in choices:
+            raise ValueError("one of " + ", ".join(choices))
+        return value
+
+    return parse
+
+
+def parse_path(text: str) -> str:
+    path = text.strip()
+    if not path:
+        raise ValueError("a directory path")
+    return path
+
+
 def parse_host(text: str) -> str:
     host = text.strip()
     if not host or any(c.isspace() for c in host):
@@ -367,6 +386,53 @@ class BrokerConfig:
         70 * 1024 * 1024,
         "Largest message body accepted for any destination, in bytes (-1: no limit). A larger "
         "message is refused with status 423, naming this limit.",
+    )
+    persist_store: str = prop(
+        "imq.persist.store",
+        enum_text_parser("file", "memory"),
+        "file",
+        "Where persistent messages are kept: file (the journal under the data directory, "
+        "imq.persist.file.directory) or memory (nothing survives a restart).",
+    )
+    data_directory: str = prop(
+        "imq.persist.file.directory",
+        parse_path,
+        "./sluiceway-data",
+        "The broker's data directory: the journal, the swap area and a lock that keeps a second "
+        "broker out (`sluiceway broker --data-dir`).",
+    )
+    sync_policy: str = prop(
+        "imq.persist.file.sync.policy",
+        enum_text_parser("group", "always", "os"),
+        "group",
+        "When journal writes are fsynced. group: a background thread fsyncs, and every write "
+        "that arrives while one fsync runs shares the next; a RECEIPT is sent once its records "
+        "are on disk (survives a power cut; cheap under concurrency). always: every flush is "
+        "fsynced before the broker goes on (same guarantee, one fsync per event-loop turn). os: "
+        "never fsync; RECEIPTs do not wait (survives a killed broker, not a power cut).",
+    )
+    segment_size: int = prop(
+        "imq.persist.file.segment.size",
+        size_parser(),
+        64 * 1024 * 1024,
+        "Size at which the journal starts a new segment file; whole segments are deleted or "
+        "compacted when their records are dead.",
+    )
+    skip_corrupt: bool = prop(
+        "imq.persist.file.skip_corrupt",
+        parse_bool,
+        False,
+        "A corrupt record in the middle of the journal stops start-up, naming its segment and "
+        "offset; true skips it (the bad bytes are saved under journal/discarded) and loses the "
+        "messages it held.",
+    )
+    swap_threshold: int = prop(
+        "imq.swap.threshold",
+        size_parser(),
+        64 * 1024 * 1024,
+        "Bytes of queued messages (bodies plus a fixed per-message estimate) the broker keeps in "
+        "memory; beyond it newly queued messages go to the swap area on disk and are read back "
+        "when consumers need them. 0: never swap.",
     )
     expiration_interval_s: int = prop(
         "imq.message.expiration.interval",

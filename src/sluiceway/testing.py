@@ -15,9 +15,11 @@ import asyncio
 import concurrent.futures
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +30,7 @@ from typing import TypeVar
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
 from sluiceway.server.stomp_server import StompServer
+from sluiceway.server.storage import Storage
 
 T = TypeVar("T")
 
@@ -65,6 +68,11 @@ class BrokerThread:
     def __init__(self, properties: Mapping[str, str] | None = None) -> None:
         values = {"imq.stomp.tcp.port": "0"}
         values.update(properties or {})
+        # A data directory of its own unless told which (then it is kept, for restarts).
+        self._own_directory: str | None = None
+        if "imq.persist.file.directory" not in values:
+            self._own_directory = tempfile.mkdtemp(prefix="sluiceway-test-")
+            values["imq.persist.file.directory"] = self._own_directory
         self.config = build_config(values)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="sluiceway-broker", daemon=True)
@@ -99,18 +107,26 @@ class BrokerThread:
             self._loop.close()
 
     async def _serve(self) -> None:
+        storage: Storage | None = None
         try:
-            self.broker = Broker(self.config)
+            storage = Storage(self.config)
+            self.broker, _ = storage.open_broker()
             self.server = StompServer(self.broker)
+            storage.notifier.attach(asyncio.get_running_loop(), self.server.synced)
             await self.server.start()
             self.host, self.port = self.server.address
             self._stopping = asyncio.Event()
         except BaseException as exc:
+            if storage is not None:
+                storage.close()
             self._started.set_exception(exc)
             raise
         self._started.set_result(None)
-        await self._stopping.wait()
-        await self.server.stop()
+        try:
+            await self._stopping.wait()
+            await self.server.stop()
+        finally:
+            storage.close()
 
     def call(self, fn: Callable[[], T], timeout: float = 10.0) -> T:
         """Run `fn` on the broker's event loop and return what it returns."""
@@ -125,6 +141,8 @@ class BrokerThread:
         if self._stopping is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(timeout)
+        if self._own_directory is not None:
+            shutil.rmtree(self._own_directory, ignore_errors=True)
 
 
 _READY = re.compile(r"ready: STOMP on (\S+):(\d+)")
@@ -134,11 +152,28 @@ class BrokerProcess:
     """`sluiceway broker` in a child process; `port` is read from its ready line.
 
     `args` are extra command-line arguments (`-D name=value`, `--config FILE`); the port is 0
-    (any free one) unless `port` is given.
+    (any free one) unless `port` is given; the data directory is `data_dir`, or a temporary one
+    removed when the process is stopped or killed.
     """
 
-    def __init__(self, *args: str, port: int = 0, timeout: float = 20.0) -> None:
-        command = [sys.executable, "-m", "sluiceway", "broker", "--port", str(port), *args]
+    def __init__(
+        self, *args: str, port: int = 0, data_dir: str | None = None, timeout: float = 20.0
+    ) -> None:
+        self._own_directory: str | None = None
+        if data_dir is None:
+            data_dir = self._own_directory = tempfile.mkdtemp(prefix="sluiceway-test-")
+        self.data_dir = data_dir
+        command = [
+            sys.executable,
+            "-m",
+            "sluiceway",
+            "broker",
+            "--port",
+            str(port),
+            "--data-dir",
+            data_dir,
+            *args,
+        ]
         self.process = subprocess.Popen(  # noqa: S603  (our own command, fixed arguments)
             command,
             stderr=subprocess.PIPE,
@@ -166,6 +201,7 @@ class BrokerProcess:
         """SIGTERM, then wait: (exit status, everything it logged)."""
         self.process.send_signal(signal.SIGTERM)
         _, rest = self.process.communicate(timeout=timeout)
+        self._cleanup()
         return self.process.returncode, "".join(self.lines) + rest
 
     def kill(self) -> None:
@@ -173,6 +209,11 @@ class BrokerProcess:
         if self.process.poll() is None:
             self.process.kill()
         self.process.communicate()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._own_directory is not None:
+            shutil.rmtree(self._own_directory, ignore_errors=True)
 
     def freeze(self) -> None:
         """SIGSTOP: the broker keeps its sockets open and answers nothing."""

@@ -18,7 +18,6 @@ from sluiceway.client import (
     Message,
     RetryPolicy,
 )
-from sluiceway.errors import BadRequest
 from sluiceway.testing import BrokerThread
 from tests.client.conftest import ConnectTo
 
@@ -267,11 +266,3 @@ async def test_a_failing_listener_gets_the_message_again(connect: ConnectTo) -> 
     await session.producer("/queue/flaky").send("m")
     await asyncio.wait_for(done.wait(), 5)
     assert attempts == [1, 2, 3]
-
-
-async def test_durable_subscription_api_reaches_the_broker(connect: ConnectTo) -> None:
-    """The API sends the durable name; the broker accepts it once it keeps messages on disk."""
-    connection = await connect(client_id="app-1")
-    session = connection.session()
-    with pytest.raises(BadRequest, match="durable-subscription-name"):
-        await session.durable_subscriber("/topic/news", "news-reader")

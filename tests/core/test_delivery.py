@@ -341,7 +341,11 @@ def test_browser_walks_the_queue_and_ends_with_a_marker(broker: Broker) -> None:
     )
     seen = browser.take()
     assert bodies(seen[:5]) == [b"3", b"0", b"1", b"2", b"4"]  # delivery order
-    assert dict(seen[5].message.headers) == {"browser": "end"}
+    assert dict(seen[5].message.headers) == {
+        "browser": "end",
+        "next-sequence": "6",  # after the highest sequence number the browse returned
+        "head-sequence": "5",
+    }
     queue = broker.registry.get(parse_destination("/queue/b"))
     assert queue is not None
     assert queue.pending_count == 5  # nothing consumed

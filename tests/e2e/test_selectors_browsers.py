@@ -66,12 +66,16 @@ def test_browser_sees_the_queue_without_consuming_it(raw: ClientFactory) -> None
     assert len(consumer.receive(5)) == 5  # all still there
 
 
-def test_browsing_a_topic_is_refused(raw: ClientFactory) -> None:
-    client = raw()
-    client.send("SUBSCRIBE", {"destination": "/topic/t", "id": "s", "browser": "true"})
-    error = client.expect("ERROR")
-    assert error.headers["status"] == "400"
-    assert b"only queues" in error.body or b"reads a queue" in error.body
+def test_browsing_a_topic_without_durable_subscriptions_finds_nothing_retained(
+    raw: ClientFactory,
+) -> None:
+    producer, reader = raw(), raw()
+    publish(producer, "/topic/t", [{}, {}])  # nobody keeps them
+    reader.subscribe("/topic/t", "s", browser="true")
+    (end,) = reader.receive(1)
+    assert end.headers["browser"] == "end"
+    assert end.headers["head-sequence"] == "2"
+    assert end.headers["next-sequence"] == "3"
 
 
 def test_failed_receipt_keeps_the_connection_of_a_client_that_asks_for_it(

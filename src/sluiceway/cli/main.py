@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from sluiceway import __version__
 from sluiceway.config import BrokerConfig, load_config, render_reference
-from sluiceway.core.broker import Broker
-from sluiceway.errors import ConfigError
+from sluiceway.errors import ConfigError, SluicewayError
 from sluiceway.server.stomp_server import StompServer
+from sluiceway.server.storage import Storage
 
 log = logging.getLogger("sluiceway")
 
@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="set a property, overriding the file (repeatable), like imqbrokerd -D",
     )
     broker.add_argument("--host", help="address to bind (same as -D imq.hostname=HOST)")
+    broker.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="data directory: journal, swap area (same as -D imq.persist.file.directory=DIR; "
+        "default ./sluiceway-data)",
+    )
     broker.add_argument(
         "--port",
         type=int,
@@ -70,6 +76,8 @@ def run_broker(args: argparse.Namespace) -> int:
         overrides.append(f"imq.hostname={args.host}")
     if args.port is not None:
         overrides.append(f"imq.stomp.tcp.port={args.port}")
+    if args.data_dir is not None:
+        overrides.append(f"imq.persist.file.directory={args.data_dir}")
     try:
         config = load_config(args.config, overrides)
     except ConfigError as exc:
@@ -82,16 +90,25 @@ def run_broker(args: argparse.Namespace) -> int:
     )
     try:
         asyncio.run(serve(config))
-    except OSError as exc:
-        log.error("cannot start: %s", exc)  # noqa: TRY400  (the OS error says it; no traceback)
+    except (OSError, SluicewayError) as exc:
+        log.error("cannot start: %s", exc)  # noqa: TRY400  (the cause says it; no traceback)
         return 1
     return 0
 
 
 async def serve(config: BrokerConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down cleanly."""
-    broker = Broker(config)
+    storage = Storage(config)
+    try:
+        await _serve(config, storage)
+    finally:
+        storage.close()
+
+
+async def _serve(config: BrokerConfig, storage: Storage) -> None:
+    broker, _ = storage.open_broker()
     server = StompServer(broker)
+    storage.notifier.attach(asyncio.get_running_loop(), server.synced)
     await server.start()
     host, port = server.address
     log.info("Sluiceway %s ready: STOMP on %s:%d", __version__, host, port)

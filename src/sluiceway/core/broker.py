@@ -14,9 +14,21 @@ from collections.abc import Callable
 from sluiceway.config import BrokerConfig
 from sluiceway.core.clock import Clock, SystemClock
 from sluiceway.core.connection import CoreConnection
+from sluiceway.core.context import Context
+from sluiceway.core.destination import Queue, Topic
+from sluiceway.core.durable import DurableState
 from sluiceway.core.flow import ConnectionFlow
+from sluiceway.core.memory import MemoryLedger
+from sluiceway.core.message import Message
+from sluiceway.core.pending import Spill
+from sluiceway.core.persistence import JournalStore, Recovery
+from sluiceway.core.records import DurableRecord
 from sluiceway.core.registry import DestinationRegistry
+from sluiceway.core.selector import compile_selector
 from sluiceway.core.store import MemoryStore, MessageStore
+from sluiceway.core.subscription import MessageFilter
+from sluiceway.errors import Conflict, NotFound
+from sluiceway.naming import DestinationKind, DestinationName
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +42,21 @@ class Broker:
         *,
         clock: Clock | None = None,
         store: MessageStore | None = None,
+        spill: Spill | None = None,
     ) -> None:
         self.config = config
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.store: MessageStore = store if store is not None else MemoryStore()
-        self.registry = DestinationRegistry(config, self.clock, self.store)
+        # Without a swap area there is nowhere to spill to, so no threshold applies.
+        threshold = config.swap_threshold if spill is not None else 0
+        self.ledger = MemoryLedger(threshold)
+        self.context = Context(self.clock, self.store, self.ledger, spill)
+        self.registry = DestinationRegistry(config, self.context)
+        # Durable subscriptions by (client id, name), and the topic that keeps each.
+        self.durables: dict[tuple[str, str], Topic] = {}
+        self._next_durable_id = 0
+        if isinstance(self.store, JournalStore):
+            self.store.set_snapshot(self._snapshot)
         self.connections: dict[int, CoreConnection] = {}
         self._next_connection = 0
         # Message ids are unique across restarts: a random prefix per broker run, then a counter.
@@ -42,6 +64,85 @@ class Broker:
         self._id_prefix = f"sw-{self.instance_id}-"
         self._next_message = 0
         self._last_sweep = self.clock.monotonic()
+
+    def recover(self) -> Recovery | None:
+        """Read back what the journal holds (None for an in-memory store). Call once, first."""
+        if not isinstance(self.store, JournalStore):
+            return None
+        recovery = self.store.recover(self._recovered_message)
+        for name, seq in recovery.seqs.items():
+            self.registry.recovered(name).resume_seq(seq)
+        for recovered in recovery.durables.values():
+            record = recovered.record
+            topic = self.registry.recovered(DestinationName(DestinationKind.TOPIC, record.topic))
+            assert isinstance(topic, Topic)
+            state = DurableState(record, _selector(record.selector))
+            state.acked_ahead = recovered.acked
+            state.deliveries = recovered.delivered
+            topic.add_durable(state)
+            self.durables[state.key] = topic
+            self._next_durable_id = max(self._next_durable_id, record.sub_id)
+        return recovery
+
+    def _recovered_message(self, message: Message) -> None:
+        destination = self.registry.recovered(message.destination)
+        destination.resume_seq(message.seq)
+        if isinstance(destination, Queue | Topic):
+            destination.recovered(message)
+
+    def _snapshot(self) -> tuple[list[tuple[DestinationName, int]], list[DurableRecord]]:
+        """What a new journal segment starts with: the state older segments may no longer hold."""
+        seqs = [(d.name, d.reserved_seq) for d in self.registry if d.reserved_seq]
+        durables = [topic.durables[key].record for key, topic in self.durables.items()]
+        return seqs, durables
+
+    # -- durable subscriptions ------------------------------------------------------------------
+
+    def durable_state(
+        self, topic: Topic, client_id: str, name: str, selector: MessageFilter | None
+    ) -> DurableState:
+        """The durable subscription `name` of `client_id` on `topic`, created if new.
+
+        As in JMS, subscribing again with another topic or selector replaces the subscription
+        (its retained messages are dropped), unless a subscriber is attached to it.
+        """
+        key = (client_id, name)
+        text = selector.text if selector is not None else ""
+        current = self.durables.get(key)
+        if current is not None:
+            state = current.durables[key]
+            if current is topic and state.record.selector == text:
+                return state
+            self.remove_durable(client_id, name)
+        self._next_durable_id += 1
+        record = DurableRecord(
+            self._next_durable_id, topic.name.name, client_id, name, text, topic.last_seq + 1
+        )
+        state = DurableState(record, selector)
+        topic.add_durable(state)
+        self.durables[key] = topic
+        self.store.durable_created(record)
+        return state
+
+    def remove_durable(self, client_id: str, name: str) -> None:
+        """Delete a durable subscription and what its topic kept for it."""
+        key = (client_id, name)
+        topic = self.durables.get(key)
+        if topic is None:
+            raise NotFound(
+                "no such durable subscription",
+                f"client {client_id!r} has no durable subscription called {name!r}",
+            )
+        state = topic.durables[key]
+        if state.active is not None:
+            raise Conflict(
+                "durable subscription in use",
+                f"durable subscription {name!r} of client {client_id!r} has a subscriber "
+                "attached; unsubscribe it first",
+            )
+        del self.durables[key]
+        topic.remove_durable(key)
+        self.store.durable_ended(state.record.sub_id)
 
     def new_message_id(self) -> str:
         self._next_message += 1
@@ -79,6 +180,17 @@ class Broker:
         if now - self._last_sweep >= self.config.expiration_interval_s:
             self._last_sweep = now
             self.sweep_expired()
+        for topic in set(self.durables.values()):
+            topic.trim()
+        self.store.maintain()
+
+    def compact(self) -> tuple[int, int]:
+        """Reclaim now the disk held by dead journal records (`compact dst`): topics drop what
+        no durable subscription needs, then dead segments are deleted and the rest rewritten.
+        Returns (segments deleted, segments compacted)."""
+        for topic in set(self.durables.values()):
+            topic.trim()
+        return self.store.compact()
 
     def sweep_expired(self) -> int:
         """Remove every expired message waiting in a destination; return how many."""
@@ -86,6 +198,10 @@ class Broker:
         return sum(destination.reap_expired(now_ms) for destination in self.registry)
 
     def close(self) -> None:
+        """Close every connection (the store is closed by whoever opened it)."""
         for connection in list(self.connections.values()):
             connection.close()
-        self.store.close()
+
+
+def _selector(text: str) -> MessageFilter | None:
+    return compile_selector(text) if text.strip() else None

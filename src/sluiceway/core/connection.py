@@ -12,7 +12,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sluiceway.core.destination import Destination, Queue
+from sluiceway.core.destination import Destination, Queue, Topic
+from sluiceway.core.durable import DurableState, DurableSubscription
 from sluiceway.core.flow import ConnectionFlow, ConsumerFlow
 from sluiceway.core.message import Message
 from sluiceway.core.subscription import (
@@ -22,6 +23,7 @@ from sluiceway.core.subscription import (
     MessageFilter,
     QueueSubscription,
     Subscription,
+    TopicBrowserSubscription,
     TopicSubscription,
 )
 from sluiceway.core.transaction import Transaction
@@ -49,6 +51,7 @@ class CoreConnection:
         self._transactions: dict[str, Transaction] = {}
         self._on_ready = on_ready
         self.outstanding = 0  # messages given to this connection's subscriptions, not consumed
+        self.client_id: str | None = None  # from CONNECT; names durable subscriptions
         self.writable = True
         self.unwritable_since: float | None = None
         self.closed = False
@@ -147,10 +150,15 @@ class CoreConnection:
         prefetch: bool,
         selector: MessageFilter | None = None,
         browser: bool = False,
+        browse_range: tuple[int, int | None] = (0, None),
+        durable_name: str | None = None,
     ) -> Subscription:
         """Create a subscription; it is given messages at once if any are waiting.
 
-        With `browser`, the subscription browses a queue instead (see BrowserSubscription).
+        With `browser`, the subscription browses instead: a queue's pending messages, or a
+        topic's log, within `browse_range` (first sequence number, first one past the end).
+        With `durable_name`, it attaches to that durable subscription of this connection's
+        client id, creating it if new.
         """
         if sub_id in self.subscriptions:
             raise Conflict(
@@ -166,6 +174,9 @@ class CoreConnection:
                 "imq.stomp.max_subscriptions; unsubscribe some or use another connection",
             )
         destination = self.broker.registry.resolve(name)
+        state = None
+        if durable_name is not None and not browser:
+            state = self._durable_state(destination, durable_name, selector)
         flow = ConsumerFlow.negotiate(
             requested_limit=requested_limit,
             threshold=threshold,
@@ -173,7 +184,7 @@ class CoreConnection:
             destination_limit=destination.settings.consumer_flow_limit,
         )
         self._next_subscription += 1
-        cls = _subscription_class(destination, browser)
+        cls = _subscription_class(destination, browser, durable=state is not None)
         subscription = cls(
             sub_id=sub_id,
             number=self._next_subscription,
@@ -189,8 +200,49 @@ class CoreConnection:
             subscription.queue.attach(subscription)
         elif isinstance(subscription, TopicSubscription):
             subscription.topic.attach(subscription)
+        elif isinstance(subscription, DurableSubscription):
+            assert state is not None
+            subscription.attach(state)
+        elif isinstance(subscription, BrowserSubscription | TopicBrowserSubscription):
+            start, end = browse_range
+            if not start and isinstance(subscription, TopicBrowserSubscription):
+                start = subscription.topic.log.first_seq or destination.last_seq + 1
+            subscription.set_range(start, end)
         subscription.refill()
         return subscription
+
+    def _durable_state(
+        self, destination: Destination, name: str, selector: MessageFilter | None
+    ) -> DurableState:
+        if not isinstance(destination, Topic):
+            raise BadRequest(
+                "durable subscriptions are for topics",
+                f"{destination.name} is a queue; a queue keeps its messages for any consumer "
+                "anyway, durable subscriptions are for topics",
+            )
+        if not self.client_id:
+            raise BadRequest(
+                "durable subscription without a client id",
+                "a durable subscription belongs to a client id: send client-id on CONNECT",
+            )
+        state = self.broker.durable_state(destination, self.client_id, name, selector)
+        if state.active is not None:
+            raise Conflict(
+                "durable subscription in use",
+                f"durable subscription {name!r} of client {self.client_id!r} already has a "
+                "subscriber attached",
+            )
+        return state
+
+    def remove_durable(self, name: str) -> None:
+        """Delete durable subscription `name` of this client id (detaching it here first)."""
+        for subscription in list(self.subscriptions.values()):
+            if isinstance(subscription, DurableSubscription) and subscription.state.key == (
+                self.client_id,
+                name,
+            ):
+                self.unsubscribe(subscription.id)
+        self.broker.remove_durable(self.client_id or "", name)
 
     def unsubscribe(self, sub_id: str) -> None:
         subscription = self.subscriptions.pop(sub_id, None)
@@ -334,7 +386,7 @@ class CoreConnection:
 
     def commit(self, tx_id: str) -> None:
         self._transaction(tx_id)
-        self._transactions.pop(tx_id).commit()
+        self._transactions.pop(tx_id).commit(self.broker.store)
 
     def abort(self, tx_id: str) -> None:
         self._transaction(tx_id)
@@ -374,12 +426,11 @@ class CoreConnection:
         self.broker.connection_closed(self)
 
 
-def _subscription_class(destination: Destination, browser: bool) -> type[Subscription]:
+def _subscription_class(
+    destination: Destination, browser: bool, *, durable: bool
+) -> type[Subscription]:
     if browser:
-        if not isinstance(destination, Queue):
-            raise BadRequest(
-                "only queues can be browsed",
-                f"{destination.name} is a topic; a browser (browser:true) reads a queue",
-            )
-        return BrowserSubscription
+        return BrowserSubscription if isinstance(destination, Queue) else TopicBrowserSubscription
+    if durable:
+        return DurableSubscription
     return QueueSubscription if isinstance(destination, Queue) else TopicSubscription

@@ -8,17 +8,21 @@ sent; a topic with no subscriber discards the message (and counts it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from sluiceway.config import DestinationSettings
 from sluiceway.core import dispatch
-from sluiceway.core.clock import Clock
+from sluiceway.core.context import Context
 from sluiceway.core.message import Message
-from sluiceway.core.pending import PendingList
-from sluiceway.core.store import MessageStore
+from sluiceway.core.seqlog import SeqLog
 from sluiceway.naming import DestinationName
 
+# Sequence numbers are reserved in the store this many at a time, so a restarted broker never
+# hands out a number it handed out before, at the cost of one small record per block.
+SEQ_BLOCK: Final = 1000
+
 if TYPE_CHECKING:
+    from sluiceway.core.durable import DurableState
     from sluiceway.core.subscription import QueueSubscription, TopicSubscription
 
 
@@ -58,25 +62,40 @@ class DestinationStats:
 class Destination:
     """What queues and topics share: identity, settings, sequence numbers, counters."""
 
-    __slots__ = ("_seq", "clock", "name", "settings", "stats", "store")
+    __slots__ = ("_reserved", "_seq", "clock", "context", "name", "settings", "stats", "store")
 
     def __init__(
-        self,
-        name: DestinationName,
-        settings: DestinationSettings,
-        clock: Clock,
-        store: MessageStore,
+        self, name: DestinationName, settings: DestinationSettings, context: Context
     ) -> None:
         self.name = name
         self.settings = settings
-        self.clock = clock
-        self.store = store
+        self.context = context
+        self.clock = context.clock
+        self.store = context.store
         self.stats = DestinationStats()
-        self._seq = 0
+        self._seq = 0  # the last sequence number handed out
+        self._reserved = 0  # handed out up to here without a new reservation
 
     def next_seq(self) -> int:
         self._seq += 1
+        if self._seq > self._reserved:
+            self._reserved = self._seq + SEQ_BLOCK - 1
+            self.store.seq_reserved(self.name, self._reserved)
         return self._seq
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence number handed out (the head of the destination)."""
+        return self._seq
+
+    @property
+    def reserved_seq(self) -> int:
+        return self._reserved
+
+    def resume_seq(self, reserved: int) -> None:
+        """After a restart: continue above everything reserved before."""
+        self._seq = max(self._seq, reserved)
+        self._reserved = max(self._reserved, reserved)
 
     @property
     def subscription_count(self) -> int:
@@ -107,14 +126,10 @@ class Queue(Destination):
     __slots__ = ("_selective", "consumers", "pending", "rotation")
 
     def __init__(
-        self,
-        name: DestinationName,
-        settings: DestinationSettings,
-        clock: Clock,
-        store: MessageStore,
+        self, name: DestinationName, settings: DestinationSettings, context: Context
     ) -> None:
-        super().__init__(name, settings, clock, store)
-        self.pending = PendingList()
+        super().__init__(name, settings, context)
+        self.pending = context.pending_list()
         self.consumers: list[QueueSubscription] = []
         self.rotation = 0  # where the fair policy starts looking, so ties rotate
         self._selective = 0  # consumers with a selector
@@ -131,7 +146,7 @@ class Queue(Destination):
         message.seq = self.next_seq()
         self.stats.received(message)
         if message.persistent:
-            self.store.message_added(message)
+            self.store.added(message)
         self.pending.append(message)
         if self.consumers:
             self.dispatch()
@@ -163,15 +178,19 @@ class Queue(Destination):
             self.stats.redelivered += len(messages)
         self.dispatch()
 
+    def recovered(self, message: Message) -> None:
+        """A persistent message read back from the journal at start-up."""
+        self.pending.append(message)
+
     def consumed(self, message: Message) -> None:
         super().consumed(message)
         if message.persistent:
-            self.store.message_removed(message)
+            self.store.removed(message)
 
     def expired(self, message: Message) -> None:
         super().expired(message)
         if message.persistent:
-            self.store.message_removed(message)
+            self.store.removed(message)
 
     def reap_expired(self, now_ms: int) -> int:
         removed = self.pending.remove_expired(now_ms)
@@ -185,19 +204,21 @@ class Queue(Destination):
 
 
 class Topic(Destination):
-    """Publish/subscribe: each message to every subscriber present when it was sent."""
+    """Publish/subscribe: each message to every subscriber present when it was sent.
 
-    __slots__ = ("subscribers",)
+    A topic with durable subscriptions also retains, in its log, every message one of them
+    accepts, until all of them have moved past it (see core.durable).
+    """
+
+    __slots__ = ("durables", "log", "subscribers")
 
     def __init__(
-        self,
-        name: DestinationName,
-        settings: DestinationSettings,
-        clock: Clock,
-        store: MessageStore,
+        self, name: DestinationName, settings: DestinationSettings, context: Context
     ) -> None:
-        super().__init__(name, settings, clock, store)
+        super().__init__(name, settings, context)
         self.subscribers: list[TopicSubscription] = []
+        self.durables: dict[tuple[str, str], DurableState] = {}
+        self.log = SeqLog(context.ledger, context.spill)
 
     @property
     def subscription_count(self) -> int:
@@ -216,8 +237,38 @@ class Topic(Destination):
                 subscriber.pending.append(message)
                 subscriber.fill()
                 taken = True
+        if any(state.accepts(message) for state in self.durables.values()):
+            if message.persistent:
+                self.store.added(message)
+            self.log.append(message)
+            for state in self.durables.values():
+                if state.active is not None:
+                    state.active.fill()
+            taken = True
         if not taken:
             self.stats.discarded += 1  # no subscriber, or none whose selector matches
+
+    def recovered(self, message: Message) -> None:
+        """A retained persistent message read back from the journal at start-up."""
+        self.log.append(message)
+
+    def add_durable(self, state: DurableState) -> None:
+        self.durables[state.key] = state
+
+    def remove_durable(self, key: tuple[str, str]) -> DurableState | None:
+        state = self.durables.pop(key, None)
+        if state is not None:
+            self.trim()
+        return state
+
+    def trim(self) -> int:
+        """Drop from the log what no durable subscription needs any more; return how many."""
+        floor = min((state.floor() for state in self.durables.values()), default=2**63)
+        trimmed = self.log.trim(floor)
+        for message in trimmed:
+            if message.persistent:
+                self.store.removed(message)
+        return len(trimmed)
 
     def attach(self, subscriber: TopicSubscription) -> None:
         self.subscribers.append(subscriber)

@@ -29,6 +29,11 @@ class Message:
     timestamp: int  # milliseconds since the epoch, when the broker accepted the message
     seq: int = 0
     delivery_count: int = 0
+    # Journal bookkeeping (core.persistence): the LSN of the record that added the message (0:
+    # not in the journal) and the LSNs of records that only matter while the message lives
+    # (deliveries, acknowledgements by durable subscriptions).
+    location: int = 0
+    marks: list[int] | None = None
 
     @property
     def size(self) -> int:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from sluiceway.config import BrokerConfig, DestinationSettings
-from sluiceway.core.clock import Clock
+from sluiceway.core.context import Context
 from sluiceway.core.destination import Destination, Queue, Topic
-from sluiceway.core.store import MessageStore
 from sluiceway.errors import Forbidden, NotFound
 from sluiceway.naming import DestinationKind, DestinationName
 
@@ -15,10 +14,9 @@ from sluiceway.naming import DestinationKind, DestinationName
 class DestinationRegistry:
     """Looks destinations up by name, creating them on first use when `imq.autocreate.*` allows."""
 
-    def __init__(self, config: BrokerConfig, clock: Clock, store: MessageStore) -> None:
+    def __init__(self, config: BrokerConfig, context: Context) -> None:
         self._config = config
-        self._clock = clock
-        self._store = store
+        self._context = context
         self._destinations: dict[DestinationName, Destination] = {}
         for definition in config.destinations:
             self.create(DestinationName(definition.kind, definition.name), definition.settings)
@@ -36,8 +34,16 @@ class DestinationRegistry:
         """Create destination `name` with `settings` (it must not exist yet)."""
         assert name not in self._destinations
         cls = Queue if name.kind is DestinationKind.QUEUE else Topic
-        destination = cls(name, settings, self._clock, self._store)
+        destination = cls(name, settings, self._context)
         self._destinations[name] = destination
+        return destination
+
+    def recovered(self, name: DestinationName) -> Destination:
+        """The destination a recovered message or durable subscription belongs to, created
+        (with the auto-create settings) if the configuration does not define it."""
+        destination = self._destinations.get(name)
+        if destination is None:
+            destination = self.create(name, self._config.autocreate_settings(name.kind))
         return destination
 
     def resolve(self, name: DestinationName) -> Destination:

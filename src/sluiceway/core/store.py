@@ -1,44 +1,143 @@
-"""The seam between the broker's state and where persistent messages are kept.
+"""The seam between the broker's state and where persistent state is kept.
 
-Destinations tell the store when a persistent message arrives and when it is consumed (or
-otherwise leaves the broker). `MemoryStore` keeps them in memory only: nothing survives a restart.
-A journal-backed store plugs in here without the core changing.
+Destinations and subscriptions tell the store what must survive a restart: persistent messages
+added and removed, deliveries (so a message delivered before a crash comes back marked
+redelivered), durable subscriptions and their acknowledgements, and sequence numbers spoken for.
+`core.persistence.JournalStore` keeps them in the journal; `MemoryStore` keeps nothing that
+outlives the process, for a broker that needs no durability.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Protocol
 
 from sluiceway.core.message import Message
+from sluiceway.core.records import DurableRecord
+from sluiceway.naming import DestinationName
 
 
 class MessageStore(Protocol):
-    """Where persistent messages are recorded."""
+    """Where persistent state is recorded."""
 
-    def message_added(self, message: Message) -> None:
-        """A persistent message was accepted by a destination."""
+    def added(self, message: Message) -> None:
+        """A persistent message is now held by a destination."""
         ...
 
-    def message_removed(self, message: Message) -> None:
-        """A persistent message left the broker (consumed, expired or discarded)."""
+    def removed(self, message: Message) -> None:
+        """A persistent message left the broker (consumed, expired, no longer retained)."""
         ...
 
-    def close(self) -> None:
-        """Release resources; called once at shutdown."""
+    def delivered(self, message: Message) -> None:
+        """A persistent queue message was written to a consumer."""
         ...
+
+    def durable_created(self, record: DurableRecord) -> None: ...
+
+    def durable_ended(self, sub_id: int) -> None: ...
+
+    def durable_delivered(self, sub_id: int, message: Message) -> None: ...
+
+    def durable_acked(self, sub_id: int, message: Message) -> None: ...
+
+    def seq_reserved(self, destination: DestinationName, seq: int) -> None:
+        """Sequence numbers of `destination` up to `seq` may be handed out."""
+        ...
+
+    def atomic(self) -> contextlib.AbstractContextManager[None]:
+        """Records made inside are kept all together or not at all (a transaction's commit)."""
+        ...
+
+    @property
+    def last_lsn(self) -> int:
+        """How far the records go: a RECEIPT is durable once the store has synced this far."""
+        ...
+
+    @property
+    def synced_lsn(self) -> int:
+        """How far the records are durable (per the sync policy)."""
+        ...
+
+    @property
+    def buffered(self) -> bool:
+        """Records appended and not yet handed to the operating system."""
+        ...
+
+    def flush(self) -> None:
+        """Hand appended records to the operating system (before any frame depends on them)."""
+        ...
+
+    def maintain(self) -> tuple[int, int]:
+        """Periodic upkeep; returns (segments deleted, segments compacted)."""
+        ...
+
+    def compact(self) -> tuple[int, int]:
+        """Reclaim every byte of disk held by dead records now (`compact dst`)."""
+        ...
+
+    def disk_bytes(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 class MemoryStore:
-    """Holds persistent messages in memory, for a broker that needs no durability."""
+    """Keeps persistent messages in memory only: nothing survives the process."""
 
     def __init__(self) -> None:
         self._messages: dict[str, Message] = {}
 
-    def message_added(self, message: Message) -> None:
+    def added(self, message: Message) -> None:
         self._messages[message.id] = message
 
-    def message_removed(self, message: Message) -> None:
+    def removed(self, message: Message) -> None:
         self._messages.pop(message.id, None)
+
+    def delivered(self, message: Message) -> None:
+        pass  # nothing outlives the process, so no delivery needs remembering
+
+    def durable_created(self, record: DurableRecord) -> None:
+        pass
+
+    def durable_ended(self, sub_id: int) -> None:
+        pass
+
+    def durable_delivered(self, sub_id: int, message: Message) -> None:
+        pass
+
+    def durable_acked(self, sub_id: int, message: Message) -> None:
+        pass
+
+    def seq_reserved(self, destination: DestinationName, seq: int) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        yield
+
+    @property
+    def last_lsn(self) -> int:
+        return 0  # nothing to wait for
+
+    @property
+    def synced_lsn(self) -> int:
+        return 0
+
+    @property
+    def buffered(self) -> bool:
+        return False
+
+    def flush(self) -> None:
+        pass
+
+    def maintain(self) -> tuple[int, int]:
+        return 0, 0
+
+    def compact(self) -> tuple[int, int]:
+        return 0, 0
+
+    def disk_bytes(self) -> int:
+        return 0
 
     def close(self) -> None:
         self._messages.clear()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from sluiceway.core.destination import Destination, Queue, Topic
 from sluiceway.core.flow import UNLIMITED_STAGING, ConsumerFlow, ConsumerWindow
 from sluiceway.core.message import Message
-from sluiceway.core.pending import PRIORITY_LEVELS, PendingList
+from sluiceway.core.pending import PRIORITY_LEVELS
 
 if TYPE_CHECKING:
     from sluiceway.core.connection import CoreConnection
@@ -131,6 +131,7 @@ class Subscription:
             self.consumed((message,))
         else:
             self.unacked[message.id] = message
+            self.note_delivery(message)
         return Delivery(self, message, count)
 
     def consumed(self, messages: Iterable[Message]) -> None:
@@ -223,6 +224,9 @@ class Subscription:
     def forget(self, message: Message) -> None:
         """`message` was consumed: drop any per-message bookkeeping."""
 
+    def note_delivery(self, message: Message) -> None:
+        """`message` was written and awaits acknowledgement (the store may want to know)."""
+
 
 class QueueSubscription(Subscription):
     """A consumer of a queue: the queue's shared pending list feeds it."""
@@ -248,6 +252,11 @@ class QueueSubscription(Subscription):
         message.delivery_count += 1
         return message.delivery_count
 
+    def note_delivery(self, message: Message) -> None:
+        if message.persistent:
+            # So that after a crash it comes back marked redelivered.
+            self.queue.store.delivered(message)
+
 
 class TopicSubscription(Subscription):
     """A subscriber of a topic, with its own pending list (messages sent while it was present)."""
@@ -257,7 +266,7 @@ class TopicSubscription(Subscription):
     def _setup(self) -> None:
         assert isinstance(self.destination, Topic)
         self.topic = self.destination
-        self.pending = PendingList()
+        self.pending = self.topic.context.pending_list()
         # Message id -> deliveries given back, for the few messages NACKed on this subscription;
         # a topic message is shared by all subscribers, so its own count cannot be used.
         self._returned: dict[str, int] = {}
@@ -300,52 +309,55 @@ class TopicSubscription(Subscription):
             self.stage(message)
 
 
-class BrowserSubscription(Subscription):
-    """A queue browser: the queue's messages in delivery order, without consuming them.
+class _Browser(Subscription):
+    """What queue and topic browsers share: a sequence range, the end marker, no consuming.
 
-    A cursor (priority, sequence number) walks the queue's pending list, so browsing holds no copy
-    of the backlog; messages that arrive behind the cursor while browsing are seen, ones that
-    arrive ahead of it are not (JMS allows a browser either view). When the cursor reaches the
-    end, one marker message with the header `browser:end` is written and the browse is over.
+    The end marker is one message with the headers `browser:end`, `next-sequence` (the sequence
+    number after the last message the browse returned: where a following read starts) and
+    `head-sequence` (the last sequence number the destination has handed out).
     """
 
-    __slots__ = ("_cursor", "_done", "queue")
+    __slots__ = ("_done", "_from", "_last", "_to")
 
     def _setup(self) -> None:
-        assert isinstance(self.destination, Queue)
         assert self.ack_mode is AckMode.AUTO
-        self.queue = self.destination
-        self._cursor = (PRIORITY_LEVELS, 0)  # before the first message
         self._done = False
+        self._from = 0  # first sequence number wanted
+        self._to: int | None = None  # first sequence number not wanted
+        self._last = 0  # last sequence number returned
 
-    def refill(self) -> None:
-        self.fill()
+    def set_range(self, start: int, end: int | None) -> None:
+        self._from, self._to = start, end
 
-    def fill(self) -> None:
-        now = self.connection.clock.time_ms()
-        while not self._done and self.ready():
-            room = self.window.credit if self.window.limit > 0 else UNLIMITED_STAGING
-            batch = self.queue.pending.following(self._cursor, room)
-            if not batch:
-                self._done = True
-                self.stage(self._end_marker())
-                return
-            for message in batch:
-                self._cursor = (message.priority, message.seq)
-                if not message.expired(now) and self.accepts(message):
-                    self.stage(message)
+    def in_range(self, message: Message) -> bool:
+        return message.seq >= self._from and (self._to is None or message.seq < self._to)
 
-    def _end_marker(self) -> Message:
-        return Message(
-            id=f"{self.queue.name.name}-browser-end-{self.number}",
-            destination=self.queue.name,
-            body=b"",
-            headers=(("browser", "end"),),
-            priority=0,
-            expires=0,
-            persistent=False,
-            timestamp=self.connection.clock.time_ms(),
+    def _room(self) -> int:
+        return self.window.credit if self.window.limit > 0 else UNLIMITED_STAGING
+
+    def _finish(self) -> None:
+        self._done = True
+        next_seq = max(self._last + 1, self._from)
+        self.stage(
+            Message(
+                id=f"{self.destination.name.name}-browser-end-{self.number}",
+                destination=self.destination.name,
+                body=b"",
+                headers=(
+                    ("browser", "end"),
+                    ("next-sequence", str(next_seq)),
+                    ("head-sequence", str(self.destination.last_seq)),
+                ),
+                priority=0,
+                expires=0,
+                persistent=False,
+                timestamp=self.connection.clock.time_ms(),
+            )
         )
+
+    def stage_seen(self, message: Message) -> None:
+        self._last = max(self._last, message.seq)
+        self.stage(message)
 
     def write(self, message: Message) -> Delivery:
         # Browsing consumes nothing: the window is released as the message is written.
@@ -353,7 +365,70 @@ class BrowserSubscription(Subscription):
         return Delivery(self, message, message.delivery_count)
 
     def return_to_source(self, messages: list[Message], *, delivered: bool) -> None:
-        pass  # the messages never left the queue
+        pass  # the messages never left their destination
 
     def detach(self) -> None:
-        pass  # a browser is not one of the queue's consumers
+        pass  # a browser is not one of the destination's consumers
+
+
+class BrowserSubscription(_Browser):
+    """A queue browser: the queue's messages in delivery order, without consuming them.
+
+    A cursor (priority, sequence number) walks the queue's pending list, so browsing holds no copy
+    of the backlog; messages that arrive behind the cursor while browsing are seen, ones that
+    arrive ahead of it are not (JMS allows a browser either view).
+    """
+
+    __slots__ = ("_cursor", "queue")
+
+    def _setup(self) -> None:
+        super()._setup()
+        assert isinstance(self.destination, Queue)
+        self.queue = self.destination
+        self._cursor = (PRIORITY_LEVELS, 0)  # before the first message
+
+    def refill(self) -> None:
+        self.fill()
+
+    def fill(self) -> None:
+        now = self.connection.clock.time_ms()
+        while not self._done and self.ready():
+            batch = self.queue.pending.following(self._cursor, self._room())
+            if not batch:
+                self._finish()
+                return
+            for message in batch:
+                self._cursor = (message.priority, message.seq)
+                if not message.expired(now) and self.in_range(message) and self.accepts(message):
+                    self.stage_seen(message)
+
+
+class TopicBrowserSubscription(_Browser):
+    """Reads a topic's log (what it retains for durable subscriptions) by sequence number."""
+
+    __slots__ = ("_next", "topic")
+
+    def _setup(self) -> None:
+        super()._setup()
+        assert isinstance(self.destination, Topic)
+        self.topic = self.destination
+        self._next = 0
+
+    def set_range(self, start: int, end: int | None) -> None:
+        super().set_range(start, end)
+        self._next = start
+
+    def refill(self) -> None:
+        self.fill()
+
+    def fill(self) -> None:
+        now = self.connection.clock.time_ms()
+        while not self._done and self.ready():
+            batch = self.topic.log.read(self._next, self._room(), self._to)
+            if not batch:
+                self._finish()
+                return
+            for message in batch:
+                self._next = message.seq + 1
+                if not message.expired(now) and self.accepts(message):
+                    self.stage_seen(message)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from sluiceway.core.destination import Destination
 from sluiceway.core.message import Message
+from sluiceway.core.store import MessageStore
 from sluiceway.errors import ResourceFull
 
 if TYPE_CHECKING:
@@ -56,15 +57,17 @@ class Transaction:
         self.nacks.append((subscription, messages))
         self.acked += len(messages)
 
-    def commit(self) -> None:
+    def commit(self, store: MessageStore) -> None:
         # A COMMIT consumes atomically: each subscription sees all its acknowledged messages
-        # leave at once, so a refill is sized by what remains after the whole transaction.
-        for subscription, messages in _by_subscription(self.acks).items():
-            subscription.consumed(messages)
-        for subscription, messages in _by_subscription(self.nacks).items():
-            subscription.give_back(messages, delivered=True)
-        for destination, message in self.sends:
-            destination.publish(message)
+        # leave at once, so a refill is sized by what remains after the whole transaction; and
+        # the store records the whole transaction or, after a crash, none of it.
+        with store.atomic():
+            for subscription, messages in _by_subscription(self.acks).items():
+                subscription.consumed(messages)
+            for subscription, messages in _by_subscription(self.nacks).items():
+                subscription.give_back(messages, delivered=True)
+            for destination, message in self.sends:
+                destination.publish(message)
         self._clear()
 
     def abort(self) -> None:

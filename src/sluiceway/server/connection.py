@@ -102,6 +102,9 @@ class StompProtocol(asyncio.Protocol):
         session.receive_data(data)
         if not was_connected and session.state is SessionState.CONNECTED:
             self._start_heartbeats()
+        # What these frames changed reaches the operating system now, so a killed broker loses
+        # nothing it acted on (an ACK without a receipt included).
+        self._server.flush_store()
         self._flush_control()
         if session.closing:
             self._close_after_flush()
@@ -137,12 +140,23 @@ class StompProtocol(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
+        # No frame leaves before the journal records it depends on are written.
+        self._server.flush_store()
         transport.write(data)
         self._last_write = self._loop.time()
 
+    def flush_control(self) -> None:
+        """Write the control frames whose records are durable; the rest wait for the sync."""
+        self._flush_control()
+        session = self.session
+        if session is not None and session.closing and not session.waiting_for_sync:
+            self._close_after_flush()
+
     def _flush_control(self) -> None:
         assert self.session is not None
-        data = self.session.data_to_send()
+        data = self.session.data_to_send(self._server.broker.store.synced_lsn)
+        if self.session.waiting_for_sync:
+            self._server.wait_for_sync(self)
         if data:
             self._write(data)
             # Control frames are never held back; only a client that does not read them at all
@@ -199,6 +213,8 @@ class StompProtocol(asyncio.Protocol):
         transport = self._transport
         if transport is None or transport.is_closing():
             return
+        if self.session is not None and self.session.waiting_for_sync:
+            return  # closed by flush_control once the last frames are durable and written
         transport.close()  # writes what is buffered, then closes
         self._later("linger", CLOSE_LINGER_S, transport.abort)
 

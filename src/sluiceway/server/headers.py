@@ -48,6 +48,7 @@ RESERVED_SEND_HEADERS: Final = frozenset(
         "priority",
         "expires",
         "persistent",
+        "sequence",
     }
 )
 
@@ -232,3 +233,23 @@ def send_request(frame: Frame, max_header_count: int) -> SendRequest:
             if name not in RESERVED_SEND_HEADERS
         ),
     )
+
+
+DURABLE_NAME_HEADERS: Final = ("durable-subscription-name", "activemq.subscriptionName")
+
+
+def durable_name(frame: Frame) -> str | None:
+    """The durable subscription a SUBSCRIBE or UNSUBSCRIBE names, under either spelling."""
+    for name in DURABLE_NAME_HEADERS:
+        value = frame.headers.get(name)
+        if value:
+            return value
+    return None
+
+
+def sequence_range(frame: Frame) -> tuple[int, int | None]:
+    """`from-sequence` (inclusive, 0: from the first retained) and `to-sequence` (exclusive)."""
+    start = integer(frame, "from-sequence", 0, minimum=0)
+    text = frame.headers.get("to-sequence")
+    end = None if text is None else integer(frame, "to-sequence", 0, minimum=0)
+    return start, end

@@ -18,7 +18,7 @@ from sluiceway.protocol.frames import Frame, StompVersion
 ACK_SEPARATOR = "/"  # ack id = "<subscription number>/<message id>": needs no escaping
 # Headers the broker puts on every MESSAGE besides the producer's: a SEND may carry at most
 # imq.stomp.max_header_count minus these, so the MESSAGE stays within the same limit.
-BROKER_MESSAGE_HEADERS = 11
+BROKER_MESSAGE_HEADERS = 12
 
 
 def ack_id(delivery: Delivery) -> str:
@@ -50,6 +50,7 @@ def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
     headers["persistent"] = "true" if message.persistent else "false"
     headers["expires"] = str(message.expires)
     headers["timestamp"] = str(message.timestamp)
+    headers["sequence"] = str(message.seq)
     if version is StompVersion.V1_2:
         for name, value in message.headers:
             headers.setdefault(name, value)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping
 
 from sluiceway import __version__
@@ -87,7 +88,10 @@ class StompSession:
             max_header_count=config.max_header_count,
             max_header_length=config.max_header_length,
         )
-        self._control: list[bytes] = []
+        # Control frames waiting to be written, each with the journal position it depends on
+        # (0: none). They go out in order: a RECEIPT promises that every earlier frame was
+        # handled, so nothing overtakes a receipt that waits for the journal to sync.
+        self._control: deque[tuple[int, bytes]] = deque()
         self._handlers: dict[str, Callable[[Frame], Extra]] = {
             "CONNECT": self._on_connect,
             "STOMP": self._on_connect,
@@ -129,13 +133,24 @@ class StompSession:
                 assert isinstance(event, Frame)
                 self._handle(event)
 
-    def data_to_send(self) -> bytes:
-        """Control frames waiting to be written (written ahead of any further payload)."""
-        if not self._control:
+    def data_to_send(self, synced_lsn: int = 0) -> bytes:
+        """Control frames that may be written now: those whose records are durable (synced up
+        to `synced_lsn`), in order. They go ahead of any further payload."""
+        control = self._control
+        if not control:
             return b""
-        data = b"".join(self._control)
-        self._control.clear()
-        return data
+        ready = []
+        while control and control[0][0] <= synced_lsn:
+            ready.append(control.popleft()[1])
+        return b"".join(ready)
+
+    @property
+    def waiting_for_sync(self) -> bool:
+        """Control frames are held until the journal syncs."""
+        return bool(self._control)
+
+    def _queue(self, data: bytes, lsn: int = 0) -> None:
+        self._control.append((lsn, data))
 
     def take_payload(self, max_frames: int) -> tuple[bytes, int]:
         """Up to `max_frames` MESSAGE frames to write now, and how many there are."""
@@ -164,7 +179,7 @@ class StompSession:
             return
         log.warning("%s: %s: %s (status %d)", self.peer, error.summary, error, error.status)
         extra = {"version": "1.0,1.1,1.2"} if isinstance(error, _UnsupportedVersion) else None
-        self._control.append(error_frame(error, self.version, receipt, extra))
+        self._queue(error_frame(error, self.version, receipt, extra))
         self._close()
 
     def connection_lost(self) -> None:
@@ -185,13 +200,15 @@ class StompSession:
         except BrokerError as exc:
             self.fail(exc, receipt)
             return
+        store = self.broker.store
+        before = store.last_lsn
         try:
             extra = handler(frame)
         except BrokerError as exc:
             if receipt is not None and self.failed_receipts:
                 # The client understands failed receipts: refuse this frame, keep the session.
                 log.info("%s: refused %s: %s", self.peer, frame.command, exc)
-                self._control.append(failed_receipt_frame(receipt, exc, self.version))
+                self._queue(failed_receipt_frame(receipt, exc, self.version))
                 return
             self.fail(exc, receipt)
             return
@@ -206,7 +223,9 @@ class StompSession:
             )
             return
         if receipt is not None and frame.command not in ("CONNECT", "STOMP"):
-            self._control.append(receipt_frame(receipt, self.version, extra))
+            # A frame that wrote to the journal is confirmed once those records are durable.
+            after = store.last_lsn
+            self._queue(receipt_frame(receipt, self.version, extra), after if after > before else 0)
         if frame.command == "DISCONNECT":
             self._close()
 
@@ -266,6 +285,7 @@ class StompSession:
         flow = h.connection_flow(frame)
         self.failed_receipts = h.boolean(frame, "failed-receipts", False)
         self.core = self.broker.open_connection(flow=flow, on_ready=self._on_ready)
+        self.core.client_id = frame.headers.get("client-id") or None
         self.version, self.heartbeat, self.flow = version, heartbeat, flow
         self._decoder.version = version
         self.state = SessionState.CONNECTED
@@ -280,7 +300,7 @@ class StompSession:
         }
         if version is not StompVersion.V1_0:
             reply["heart-beat"] = f"{config.heartbeat_send_ms},{config.heartbeat_receive_ms}"
-        self._control.append(connected_frame(reply))
+        self._queue(connected_frame(reply))
         log.debug("%s: connected with STOMP %s, heart-beat %s", self.peer, version.value, heartbeat)
         return None
 
@@ -304,12 +324,6 @@ class StompSession:
             if self.version is not StompVersion.V1_0:
                 raise BadRequest("missing id header", "a SUBSCRIBE frame must carry an id header")
             sub_id = destination.path  # STOMP 1.0: the destination identifies the subscription
-        for name in ("durable-subscription-name", "activemq.subscriptionName"):
-            if name in frame.headers:
-                raise BadRequest(
-                    f"{name} is not supported",
-                    f"this broker does not yet support the {name} header; subscribe without it",
-                )
         text = frame.headers.get("selector", "")
         request = h.flow_request(frame)
         subscription = self._connection().subscribe(
@@ -321,6 +335,8 @@ class StompSession:
             prefetch=request.prefetch,
             selector=compile_selector(text) if text.strip() else None,
             browser=h.boolean(frame, "browser", False),
+            browse_range=h.sequence_range(frame),
+            durable_name=h.durable_name(frame),
         )
         flow = subscription.flow
         return {
@@ -330,14 +346,22 @@ class StompSession:
         }
 
     def _on_unsubscribe(self, frame: Frame) -> Extra:
+        core = self._connection()
+        durable = h.durable_name(frame)
         sub_id = frame.headers.get("id")
         if sub_id is None and self.version is StompVersion.V1_0:
             sub_id = frame.headers.get("destination")
+        if durable is not None:
+            # With the durable name: end the durable subscription itself, not just detach.
+            if sub_id is not None and core.subscription(sub_id) is not None:
+                core.unsubscribe(sub_id)
+            core.remove_durable(durable)
+            return None
         if sub_id is None:
             raise BadRequest(
                 "missing id header", "an UNSUBSCRIBE frame must carry the subscription's id header"
             )
-        self._connection().unsubscribe(sub_id)
+        core.unsubscribe(sub_id)
         return None
 
     def _on_ack(self, frame: Frame) -> Extra:

@@ -28,6 +28,7 @@ class StompServer:
         self._all_closed = asyncio.Event()
         self._all_closed.set()
         self._tick: asyncio.TimerHandle | None = None
+        self._waiting_sync: set[StompProtocol] = set()  # connections holding frames for a sync
 
     @property
     def address(self) -> tuple[str, int]:
@@ -65,9 +66,25 @@ class StompServer:
     def _on_tick(self) -> None:
         try:
             self.broker.tick()
+            self.flush_store()
         except Exception:  # the tick must survive a bug in one sweep
             log.exception("periodic broker work failed")
         self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._on_tick)
+
+    def flush_store(self) -> None:
+        """Hand journal records appended so far to the operating system."""
+        store = self.broker.store
+        if store.buffered:
+            store.flush()
+
+    def wait_for_sync(self, protocol: StompProtocol) -> None:
+        self._waiting_sync.add(protocol)
+
+    def synced(self) -> None:
+        """The journal synced further (called on the loop): release the frames waiting for it."""
+        waiting, self._waiting_sync = self._waiting_sync, set()
+        for protocol in waiting:
+            protocol.flush_control()
 
     def connection_opened(self, protocol: StompProtocol) -> None:
         self._connections.add(protocol)
@@ -75,6 +92,7 @@ class StompServer:
 
     def connection_closed(self, protocol: StompProtocol) -> None:
         self._connections.discard(protocol)
+        self._waiting_sync.discard(protocol)
         if not self._connections:
             self._all_closed.set()
 

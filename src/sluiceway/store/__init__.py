@@ -1,1 +1,27 @@
+"""Storage: the write-ahead journal and the swap area. Records are opaque bytes here."""
 
+from sluiceway.store.journal import (
+    CorruptJournal,
+    Journal,
+    JournalError,
+    Position,
+    Record,
+    RecoveryReport,
+    SegmentInfo,
+    SyncPolicy,
+)
+from sluiceway.store.swap import SwapArea, SwapError, SwapRef
+
+__all__ = [
+    "CorruptJournal",
+    "Journal",
+    "JournalError",
+    "Position",
+    "Record",
+    "RecoveryReport",
+    "SegmentInfo",
+    "SwapArea",
+    "SwapError",
+    "SwapRef",
+    "SyncPolicy",
+]

@@ -1,0 +1,467 @@
+"""Persistent messages in the journal: what the broker writes, what is still live, recovery.
+
+The broker appends a record for each event that must survive a crash (core.records lists them):
+a persistent message accepted (ADD), delivered (DELIVERED), consumed (REMOVE), a durable
+subscription's life and acknowledgements, and sequence numbers spoken for. Records reach the OS
+before the broker writes any frame that depends on them (the I/O layer flushes first), so a
+killed broker loses nothing it acted on; RECEIPTs that promise durability wait until the records
+are fsynced (per the sync policy).
+
+Disk is reclaimed by tracking which records are still live: one byte per record per segment.
+An ADD is live while its message is in the broker; DELIVERED and DURABLE_* marks while their
+message is; a REMOVE while the segment holding its ADD still exists (else the message would come
+back on recovery); SEQ, DURABLE and SNAPSHOT records only until the next rotation, which starts
+the new segment with a SNAPSHOT of that state. A segment with no live record is deleted; one
+that is mostly dead is rewritten with its live records only.
+
+Recovery reads the journal twice: the first pass replays only the bookkeeping (which ADDs are
+still live, how often each was delivered, the durable subscriptions), the second decodes the live
+messages in order and hands them to their destinations, which spill to the swap area as needed,
+so a backlog larger than memory can be recovered.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Final
+
+from sluiceway.core.message import Message
+from sluiceway.core.records import (
+    DurableRecord,
+    RecordType,
+    decode_durable,
+    decode_lsn,
+    decode_mark,
+    decode_message,
+    decode_position,
+    decode_snapshot,
+    decode_sub,
+    decode_sub_mark,
+    decode_tx,
+    encode_durable,
+    encode_lsn,
+    encode_mark,
+    encode_message,
+    encode_position,
+    encode_snapshot,
+    encode_sub,
+    encode_sub_mark,
+    encode_tx,
+)
+from sluiceway.naming import DestinationName
+from sluiceway.store.journal import Journal, Record
+
+log = logging.getLogger(__name__)
+
+COMPACT_BELOW: Final = 0.25  # rewrite a segment when fewer than this share of its records live
+COMPACT_MIN_BYTES: Final = 1024 * 1024  # ...and it is at least this big (small ones: not worth it)
+SEQ_BLOCK: Final = 1000  # sequence numbers reserved per SEQ record
+
+Snapshot = Callable[[], tuple[list[tuple[DestinationName, int]], list[DurableRecord]]]
+
+
+class _Liveness:
+    """Which records of which segment are live: one byte per record, a count per segment."""
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []  # segment base LSNs, ascending
+        self.flags: dict[int, bytearray] = {}
+        self.live: dict[int, int] = {}
+        self.total: dict[int, int] = {}
+        self.deps: dict[int, list[int]] = {}  # segment -> REMOVEs that die when it is deleted
+
+    def add_segment(self, base: int) -> None:
+        if base not in self.flags:
+            self.bases.append(base)
+            self.flags[base] = bytearray()
+            self.live[base] = self.total[base] = 0
+
+    def segment_of(self, lsn: int) -> int:
+        return self.bases[bisect.bisect_right(self.bases, lsn) - 1]
+
+    def born(self, lsn: int, *, live: bool = True) -> None:
+        base = self.segment_of(lsn)
+        flags = self.flags[base]
+        index = lsn - base
+        if len(flags) <= index:
+            flags.extend(bytes(index + 1 - len(flags)))
+        self.total[base] += 1
+        if live:
+            flags[index] = 1
+            self.live[base] += 1
+
+    def kill(self, lsn: int) -> None:
+        base = self.segment_of(lsn)
+        flags = self.flags.get(base)
+        index = lsn - base
+        if flags is not None and index < len(flags) and flags[index]:
+            flags[index] = 0
+            self.live[base] -= 1
+
+    def is_live(self, lsn: int) -> bool:
+        base = self.segment_of(lsn)
+        flags = self.flags[base]
+        index = lsn - base
+        return index < len(flags) and bool(flags[index])
+
+    def removal(self, remove_lsn: int, add_lsn: int) -> None:
+        """A REMOVE at `remove_lsn` of the message added at `add_lsn`."""
+        self.kill(add_lsn)
+        add_base = self.segment_of(add_lsn)
+        if add_base < self.segment_of(remove_lsn) and add_base in self.flags:
+            self.born(remove_lsn)
+            self.deps.setdefault(add_base, []).append(remove_lsn)
+        else:
+            self.born(remove_lsn, live=False)
+
+    def drop_segment(self, base: int) -> None:
+        for lsn in self.deps.pop(base, []):
+            self.kill(lsn)
+        self.bases.remove(base)
+        del self.flags[base], self.live[base], self.total[base]
+
+
+@dataclass
+class RecoveredDurable:
+    record: DurableRecord
+    acked: set[int] = field(default_factory=set)  # seqs acknowledged (still retained)
+    delivered: dict[int, int] = field(default_factory=dict)  # seq -> deliveries
+
+
+@dataclass
+class _ReplayState:
+    """What the first recovery pass keeps while it reads."""
+
+    recovery: Recovery
+    marks: dict[int, list[int]] = field(default_factory=dict)  # ADD LSN -> its mark LSNs
+    deliveries: dict[int, int] = field(default_factory=dict)  # ADD LSN -> DELIVERED count
+    open_tx: int | None = None  # LSN of a transaction whose records are being read
+    tx_size: int = 0
+    tx_records: list[Record] = field(default_factory=list)
+    # Per durable subscription id, whatever its definition: a compacted segment may hold its
+    # acknowledgements while its definition survives only in a later snapshot.
+    acked: dict[int, set[int]] = field(default_factory=dict)
+    delivered: dict[int, dict[int, int]] = field(default_factory=dict)
+
+
+@dataclass
+class Recovery:
+    """What the journal held: sequence high waters, durable subscriptions, counts."""
+
+    seqs: dict[DestinationName, int] = field(default_factory=dict)
+    durables: dict[int, RecoveredDurable] = field(default_factory=dict)
+    messages: dict[DestinationName, int] = field(default_factory=dict)
+    discarded_tx: int = 0
+
+
+class JournalStore:
+    """The broker's persistent state, kept in a Journal."""
+
+    def __init__(self, journal: Journal, snapshot: Snapshot | None = None) -> None:
+        self.journal = journal
+        self._snapshot = snapshot
+        self._live = _Liveness()
+        self._meta: list[int] = []  # SEQ, DURABLE... records in the active segment
+        self._tx: list[tuple[RecordType, bytes, Message | None]] | None = None
+
+    def set_snapshot(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    # -- appending --------------------------------------------------------------------------------
+
+    def _append(self, record_type: RecordType, payload: bytes) -> int:
+        return self.journal.append(record_type, payload).lsn
+
+    def added(self, message: Message) -> None:
+        """A persistent message is now held by a destination."""
+        if self._tx is not None:
+            self._tx.append((RecordType.ADD, encode_message(message), message))
+            return
+        message.location = self._append(RecordType.ADD, encode_message(message))
+        self._live.born(message.location)
+
+    def removed(self, message: Message) -> None:
+        """The message left the broker (consumed, expired, trimmed)."""
+        if not message.location:
+            return
+        payload = encode_mark(message.destination, message.seq, message.location)
+        if self._tx is not None:
+            self._tx.append((RecordType.REMOVE, payload, message))
+            return
+        self._removal(self._append(RecordType.REMOVE, payload), message)
+
+    def _removal(self, lsn: int, message: Message) -> None:
+        self._live.removal(lsn, message.location)
+        for mark in message.marks or ():
+            self._live.kill(mark)
+        message.location = 0
+        message.marks = None
+
+    def delivered(self, message: Message) -> None:
+        """A persistent queue message was written to a consumer."""
+        if message.location:
+            payload = encode_mark(message.destination, message.seq, message.location)
+            self._mark(message, self._append(RecordType.DELIVERED, payload))
+
+    def durable_delivered(self, sub_id: int, message: Message) -> None:
+        if message.location:
+            payload = encode_sub_mark(sub_id, message.seq, message.location)
+            self._mark(message, self._append(RecordType.DURABLE_DELIVERED, payload))
+
+    def durable_acked(self, sub_id: int, message: Message) -> None:
+        if message.location:
+            payload = encode_sub_mark(sub_id, message.seq, message.location)
+            self._mark(message, self._append(RecordType.DURABLE_ACK, payload))
+
+    def _mark(self, message: Message, lsn: int) -> None:
+        self._live.born(lsn)
+        if message.marks is None:
+            message.marks = [lsn]
+        else:
+            message.marks.append(lsn)
+
+    def seq_reserved(self, destination: DestinationName, seq: int) -> None:
+        self._meta_record(RecordType.SEQ, encode_position(destination, seq))
+
+    def durable_created(self, record: DurableRecord) -> None:
+        self._meta_record(RecordType.DURABLE, encode_durable(record))
+
+    def durable_ended(self, sub_id: int) -> None:
+        self._meta_record(RecordType.DURABLE_END, encode_sub(sub_id))
+
+    def _meta_record(self, record_type: RecordType, payload: bytes) -> None:
+        lsn = self._append(record_type, payload)
+        self._live.born(lsn)
+        self._meta.append(lsn)
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Everything added or removed inside is written as one transaction, or not at all."""
+        if self._tx is not None:
+            yield
+            return
+        self._tx = []
+        try:
+            yield
+        finally:
+            entries, self._tx = self._tx, None
+        if entries:
+            self._write_tx(entries)
+
+    def _write_tx(self, entries: list[tuple[RecordType, bytes, Message | None]]) -> None:
+        tx_lsn = self._append(RecordType.TX, encode_tx(len(entries)))
+        self._live.born(tx_lsn, live=False)  # only recovery reads it
+        for record_type, payload, message in entries:
+            lsn = self._append(record_type, payload)
+            assert message is not None
+            if record_type is RecordType.ADD:
+                message.location = lsn
+                self._live.born(lsn)
+            else:
+                self._removal(lsn, message)
+
+    # -- durability -------------------------------------------------------------------------------
+
+    @property
+    def last_lsn(self) -> int:
+        """The LSN of the last record appended: durable once synced up to it."""
+        return self.journal.next_lsn - 1
+
+    @property
+    def synced_lsn(self) -> int:
+        return self.journal.synced_lsn
+
+    @property
+    def buffered(self) -> bool:
+        return self.journal.buffered
+
+    def flush(self) -> None:
+        # A full segment is rotated here, between frames (never inside a transaction), so
+        # segments stay near their size whatever the write rate.
+        if self.journal.should_rotate and self._tx is None:
+            self.rotate()
+        self.journal.flush()
+
+    # -- reclaiming disk --------------------------------------------------------------------------
+
+    def maintain(self) -> tuple[int, int]:
+        """Rotate a full segment; delete dead segments; compact mostly dead ones.
+
+        Returns (segments deleted, segments compacted).
+        """
+        if self.journal.should_rotate:
+            self.rotate()
+        return self._reclaim(force=False)
+
+    def compact(self) -> tuple[int, int]:
+        """Rotate, then delete or rewrite every older segment that holds dead records."""
+        self.rotate()
+        return self._reclaim(force=True)
+
+    def rotate(self) -> None:
+        base = self.journal.rotate()
+        self._live.add_segment(base)
+        for lsn in self._meta:
+            self._live.kill(lsn)  # superseded by the snapshot that starts the new segment
+        self._meta = []
+        if self._snapshot is not None:
+            seqs, durables = self._snapshot()
+            self._meta_record(RecordType.SNAPSHOT, encode_snapshot(seqs, durables))
+
+    def _reclaim(self, *, force: bool) -> tuple[int, int]:
+        deleted = compacted = 0
+        for info in self.journal.segments():
+            base = info.base_lsn
+            if info.active or base not in self._live.live:
+                continue
+            live, total = self._live.live[base], self._live.total[base]
+            if live == 0:
+                self.journal.delete_segment(base)
+                self._live.drop_segment(base)
+                deleted += 1
+            elif (force and live < total) or (
+                live < total * COMPACT_BELOW and info.size >= COMPACT_MIN_BYTES
+            ):
+                self.journal.rewrite_segment(base, lambda r: self._live.is_live(r.position.lsn))
+                self._live.total[base] = live
+                compacted += 1
+        if deleted or compacted:
+            log.info("journal: %d segments deleted, %d compacted", deleted, compacted)
+        return deleted, compacted
+
+    def disk_bytes(self) -> int:
+        return sum(info.size for info in self.journal.segments())
+
+    def close(self) -> None:
+        self.journal.close()
+
+    # -- recovery ---------------------------------------------------------------------------------
+
+    def recover(self, deliver: Callable[[Message], None]) -> Recovery:
+        """Replay the journal: `deliver` gets each live message, in order; returns the rest."""
+        recovery = Recovery()
+        self._replay_state = _ReplayState(recovery)
+        self._first_pass(self.journal.recover())
+        state = self._replay_state
+        for sub_id, durable in recovery.durables.items():
+            durable.acked = state.acked.get(sub_id, set())
+            durable.delivered = state.delivered.get(sub_id, {})
+        for segment in self.journal.segments():
+            self._live.add_segment(segment.base_lsn)  # the active one may hold no record yet
+        if state.open_tx is not None:
+            # The journal ends inside a transaction: it never committed. Say so in the journal,
+            # so that records appended from now on are not taken for its missing ones.
+            recovery.discarded_tx += 1
+            cut_lsn = self._append(RecordType.TX_CUT, encode_lsn(state.open_tx))
+            self._live.removal(cut_lsn, state.open_tx)
+        for record in self.journal.scan():
+            lsn = record.position.lsn
+            if record.type == RecordType.ADD and self._live.is_live(lsn):
+                message = decode_message(record.payload)
+                message.location = lsn
+                message.marks = state.marks.get(lsn)
+                message.delivery_count = state.deliveries.get(lsn, 0)
+                counts = recovery.messages
+                counts[message.destination] = counts.get(message.destination, 0) + 1
+                deliver(message)
+        return recovery
+
+    def _first_pass(self, records: Iterable[Record]) -> None:
+        """Rebuild liveness and bookkeeping. A transaction's records are replayed only once
+        all of them have been read: a transaction cut by a crash must change nothing."""
+        state = self._replay_state
+        for record in records:
+            lsn = record.position.lsn
+            self._live.add_segment(record.position.segment)
+            if state.open_tx is not None:
+                if record.type == RecordType.TX_CUT and decode_lsn(record.payload) == state.open_tx:
+                    for member in state.tx_records:
+                        self._live.born(member.position.lsn, live=False)
+                    self._live.born(lsn, live=False)
+                    state.open_tx, state.tx_records = None, []
+                    continue
+                state.tx_records.append(record)
+                if len(state.tx_records) == state.tx_size:
+                    for member in state.tx_records:
+                        self._replay(member)
+                    state.open_tx, state.tx_records = None, []
+                continue
+            if record.type == RecordType.TX:
+                self._live.born(lsn, live=False)  # only recovery reads it
+                state.tx_size = decode_tx(record.payload)
+                state.open_tx = lsn if state.tx_size else None
+                continue
+            if record.type == RecordType.TX_CUT:
+                self._live.born(lsn, live=False)  # its transaction was compacted away
+                continue
+            self._replay(record)
+        if state.open_tx is not None:
+            for member in state.tx_records:
+                self._live.born(member.position.lsn, live=False)
+
+    def _replay(self, record: Record) -> None:
+        state = self._replay_state
+        lsn = record.position.lsn
+        kind = RecordType(record.type)
+        if kind is RecordType.ADD:
+            self._live.born(lsn)
+        elif kind is RecordType.REMOVE:
+            _, _, add = decode_mark(record.payload)
+            self._live.removal(lsn, add)
+            for mark in state.marks.pop(add, []):
+                self._live.kill(mark)
+            state.deliveries.pop(add, None)
+        elif kind is RecordType.DELIVERED:
+            _, _, add = decode_mark(record.payload)
+            if self._replay_mark(lsn, add):
+                state.deliveries[add] = state.deliveries.get(add, 0) + 1
+        elif kind in (RecordType.DURABLE_ACK, RecordType.DURABLE_DELIVERED):
+            sub_id, seq, add = decode_sub_mark(record.payload)
+            if self._replay_mark(lsn, add):
+                if kind is RecordType.DURABLE_ACK:
+                    state.acked.setdefault(sub_id, set()).add(seq)
+                else:
+                    counts = state.delivered.setdefault(sub_id, {})
+                    counts[seq] = counts.get(seq, 0) + 1
+        else:
+            self._replay_meta(record, kind)
+
+    def _replay_mark(self, lsn: int, add: int) -> bool:
+        """A record about the message added at `add`: live (True) while that message is."""
+        if self._live.is_live(add):
+            self._live.born(lsn)
+            self._replay_state.marks.setdefault(add, []).append(lsn)
+            return True
+        self._live.born(lsn, live=False)
+        return False
+
+    def _replay_meta(self, record: Record, kind: RecordType) -> None:
+        recovery = self._replay_state.recovery
+        durables = recovery.durables
+        lsn = record.position.lsn
+        if kind is RecordType.SNAPSHOT:
+            for old in self._meta:
+                self._live.kill(old)
+            self._meta = []
+            seqs, records = decode_snapshot(record.payload)
+            recovery.seqs = dict(seqs)
+            keep = {r.sub_id for r in records}
+            for sub_id in list(durables):
+                if sub_id not in keep:
+                    del durables[sub_id]
+            for durable in records:
+                durables.setdefault(durable.sub_id, RecoveredDurable(durable))
+        elif kind is RecordType.SEQ:
+            destination, seq = decode_position(record.payload)
+            recovery.seqs[destination] = max(recovery.seqs.get(destination, 0), seq)
+        elif kind is RecordType.DURABLE:
+            durable = decode_durable(record.payload)
+            durables[durable.sub_id] = RecoveredDurable(durable)
+        elif kind is RecordType.DURABLE_END:
+            durables.pop(decode_sub(record.payload), None)
+        self._live.born(lsn)
+        self._meta.append(lsn)

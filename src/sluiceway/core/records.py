@@ -1,0 +1,308 @@
+"""The payloads of the broker's journal records, and of spilled messages.
+
+The journal (store/journal.py) stores opaque (type, payload) records; this module gives them
+meaning. All integers are little-endian; strings are UTF-8 with a u16 length prefix, bodies a
+u32 length prefix.
+
+| type | record | payload |
+|---|---|---|
+| 1 | ADD | a message (below), with its destination and seq |
+| 2 | REMOVE | destination, seq u64, add u64: the message added at LSN `add` left the broker |
+| 3 | DELIVERED | destination, seq u64, add u64: it was written to a queue consumer |
+| 4 | SEQ | destination, seq u64: sequence numbers up to seq are spoken for |
+| 5 | TX | count u32: the next `count` records are one committed transaction |
+| 6 | DURABLE | sub id u32, topic name, client id, subscription name, selector, start seq u64 |
+| 7 | DURABLE_END | sub id u32 |
+| 8 | DURABLE_ACK | sub id u32, seq u64, add u64: durable subscription sub acknowledged it |
+| 9 | DURABLE_DELIVERED | sub id u32, seq u64, add u64: it was written to that subscription |
+| 11 | SNAPSHOT | count u32 of SEQ payloads, count u32 of DURABLE payloads: the state as of here |
+| 12 | TX_CUT | tx u64: the transaction at LSN tx was cut by a crash; its records are void |
+
+A transaction's records follow its TX record without anything in between (the broker appends
+them in one step), so a TX whose records do not all follow it was cut by a crash.
+
+A destination is its kind (u8: 0 queue, 1 topic) and name. A message is: id, priority u8,
+persistent u8, expires i64, timestamp i64, delivery count u32, header count u16 and
+(name, value) pairs, body.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from sluiceway.core.message import Message
+from sluiceway.naming import DestinationKind, DestinationName
+
+
+class RecordType(enum.IntEnum):
+    ADD = 1
+    REMOVE = 2
+    DELIVERED = 3
+    SEQ = 4
+    TX = 5
+    DURABLE = 6
+    DURABLE_END = 7
+    DURABLE_ACK = 8
+    DURABLE_DELIVERED = 9
+    SNAPSHOT = 11
+    TX_CUT = 12
+
+
+_U8: Final = struct.Struct("<B")
+_U16: Final = struct.Struct("<H")
+_U32: Final = struct.Struct("<I")
+_U64: Final = struct.Struct("<Q")
+_SEQ_ADD: Final = struct.Struct("<QQ")
+_SUB_SEQ_ADD: Final = struct.Struct("<IQQ")
+_MESSAGE_FIXED: Final = struct.Struct("<BBqqIH")  # priority, persistent, expires, timestamp,
+# delivery count, header count
+
+assert (_U8.size, _U16.size, _U32.size, _U64.size) == (1, 2, 4, 8)
+assert _SEQ_ADD.size == 16
+assert _SUB_SEQ_ADD.size == 20
+assert _MESSAGE_FIXED.size == 1 + 1 + 8 + 8 + 4 + 2
+
+_KINDS: Final = (DestinationKind.QUEUE, DestinationKind.TOPIC)
+_KIND_CODES: Final = {DestinationKind.QUEUE: 0, DestinationKind.TOPIC: 1}
+
+
+class RecordError(ValueError):
+    """A payload that does not decode: the journal's checksum passed, so this is a bug."""
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def _text(value: str) -> bytes:
+    data = value.encode()
+    return _U16.pack(len(data)) + data
+
+
+def _destination(name: DestinationName) -> bytes:
+    return _U8.pack(_KIND_CODES[name.kind]) + _text(name.name)
+
+
+def encode_message(message: Message) -> bytes:
+    """A message with its identity (destination, seq) and everything needed to deliver it."""
+    parts = [
+        _destination(message.destination),
+        _U64.pack(message.seq),
+        _text(message.id),
+        _MESSAGE_FIXED.pack(
+            message.priority,
+            int(message.persistent),
+            message.expires,
+            message.timestamp,
+            message.delivery_count,
+            len(message.headers),
+        ),
+    ]
+    for name, value in message.headers:
+        parts.append(_text(name))
+        parts.append(_text(value))
+    parts.append(_U32.pack(len(message.body)))
+    parts.append(message.body)
+    return b"".join(parts)
+
+
+def encode_position(destination: DestinationName, seq: int) -> bytes:
+    """The payload of SEQ records."""
+    return _destination(destination) + _U64.pack(seq)
+
+
+def encode_mark(destination: DestinationName, seq: int, add: int) -> bytes:
+    """The payload of REMOVE and DELIVERED records: the message and its ADD's LSN."""
+    return _destination(destination) + _SEQ_ADD.pack(seq, add)
+
+
+def encode_sub_mark(sub_id: int, seq: int, add: int) -> bytes:
+    """The payload of DURABLE_ACK and DURABLE_DELIVERED records."""
+    return _SUB_SEQ_ADD.pack(sub_id, seq, add)
+
+
+def encode_sub(sub_id: int) -> bytes:
+    return _U32.pack(sub_id)
+
+
+@dataclass(frozen=True, slots=True)
+class DurableRecord:
+    """A durable subscription's definition (DURABLE records, and snapshots)."""
+
+    sub_id: int
+    topic: str
+    client_id: str
+    name: str
+    selector: str
+    start_seq: int
+
+
+def encode_durable(record: DurableRecord) -> bytes:
+    return (
+        _U32.pack(record.sub_id)
+        + _text(record.topic)
+        + _text(record.client_id)
+        + _text(record.name)
+        + _text(record.selector)
+        + _U64.pack(record.start_seq)
+    )
+
+
+def encode_tx(count: int) -> bytes:
+    return _U32.pack(count)
+
+
+def encode_lsn(lsn: int) -> bytes:
+    return _U64.pack(lsn)
+
+
+def decode_lsn(data: bytes) -> int:
+    reader = Reader(data)
+    lsn = reader.u64()
+    reader.done()
+    return lsn
+
+
+def encode_snapshot(
+    seqs: list[tuple[DestinationName, int]], durables: list[DurableRecord]
+) -> bytes:
+    parts = [_U32.pack(len(seqs))]
+    for destination, seq in seqs:
+        payload = encode_position(destination, seq)
+        parts.append(_U32.pack(len(payload)) + payload)
+    parts.append(_U32.pack(len(durables)))
+    for durable in durables:
+        payload = encode_durable(durable)
+        parts.append(_U32.pack(len(payload)) + payload)
+    return b"".join(parts)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+class Reader:
+    """Sequential decoding of one payload; raises RecordError on a short or bad payload."""
+
+    __slots__ = ("_data", "_pos")
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._pos = 0
+
+    def take(self, size: int) -> bytes:
+        end = self._pos + size
+        if end > len(self._data):
+            raise RecordError(f"payload ends at {len(self._data)} bytes, needed {end}")
+        chunk = self._data[self._pos : end]
+        self._pos = end
+        return chunk
+
+    def unpack(self, fmt: struct.Struct) -> tuple[int, ...]:
+        return fmt.unpack(self.take(fmt.size))
+
+    def u32(self) -> int:
+        return self.unpack(_U32)[0]
+
+    def u64(self) -> int:
+        return self.unpack(_U64)[0]
+
+    def text(self) -> str:
+        (length,) = self.unpack(_U16)
+        return self.take(length).decode()
+
+    def blob(self) -> bytes:
+        return self.take(self.u32())
+
+    def destination(self) -> DestinationName:
+        (code,) = self.unpack(_U8)
+        if code >= len(_KINDS):
+            raise RecordError(f"unknown destination kind {code}")
+        return DestinationName(_KINDS[code], self.text())
+
+    def done(self) -> None:
+        if self._pos != len(self._data):
+            raise RecordError(f"{len(self._data) - self._pos} bytes left over in a payload")
+
+
+def decode_message(data: bytes) -> Message:
+    reader = Reader(data)
+    destination = reader.destination()
+    seq = reader.u64()
+    message_id = reader.text()
+    priority, persistent, expires, timestamp, count, header_count = reader.unpack(_MESSAGE_FIXED)
+    headers = tuple((reader.text(), reader.text()) for _ in range(header_count))
+    body = reader.blob()
+    reader.done()
+    return Message(
+        id=message_id,
+        destination=destination,
+        body=body,
+        headers=headers,
+        priority=priority,
+        expires=expires,
+        persistent=bool(persistent),
+        timestamp=timestamp,
+        seq=seq,
+        delivery_count=count,
+    )
+
+
+def decode_position(data: bytes) -> tuple[DestinationName, int]:
+    reader = Reader(data)
+    destination = reader.destination()
+    seq = reader.u64()
+    reader.done()
+    return destination, seq
+
+
+def decode_mark(data: bytes) -> tuple[DestinationName, int, int]:
+    reader = Reader(data)
+    destination = reader.destination()
+    seq, add = reader.unpack(_SEQ_ADD)
+    reader.done()
+    return destination, seq, add
+
+
+def decode_sub_mark(data: bytes) -> tuple[int, int, int]:
+    reader = Reader(data)
+    sub_id, seq, add = reader.unpack(_SUB_SEQ_ADD)
+    reader.done()
+    return sub_id, seq, add
+
+
+def decode_sub(data: bytes) -> int:
+    reader = Reader(data)
+    sub_id = reader.u32()
+    reader.done()
+    return sub_id
+
+
+def decode_durable(data: bytes) -> DurableRecord:
+    reader = Reader(data)
+    record = DurableRecord(
+        sub_id=reader.u32(),
+        topic=reader.text(),
+        client_id=reader.text(),
+        name=reader.text(),
+        selector=reader.text(),
+        start_seq=reader.u64(),
+    )
+    reader.done()
+    return record
+
+
+def decode_tx(data: bytes) -> int:
+    reader = Reader(data)
+    count = reader.u32()
+    reader.done()
+    return count
+
+
+def decode_snapshot(data: bytes) -> tuple[list[tuple[DestinationName, int]], list[DurableRecord]]:
+    reader = Reader(data)
+    seqs = [decode_position(reader.blob()) for _ in range(reader.u32())]
+    durables = [decode_durable(reader.blob()) for _ in range(reader.u32())]
+    reader.done()
+    return seqs, durables

@@ -1,0 +1,160 @@
+"""Opening the broker's storage: the data directory, its lock, the journal and the swap area.
+
+`imq.persist.store=file` (the default) keeps persistent messages in the journal under the data
+directory (`imq.persist.file.directory`, `sluiceway broker --data-dir`); `memory` keeps nothing.
+The data directory is locked while a broker uses it, so a second broker on the same directory
+stops at start-up instead of corrupting the first one's journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from sluiceway.config import BrokerConfig
+from sluiceway.core.broker import Broker
+from sluiceway.core.persistence import JournalStore, Recovery
+from sluiceway.core.store import MemoryStore, MessageStore
+from sluiceway.errors import SluicewayError
+from sluiceway.store.journal import CorruptJournal, Journal, SyncPolicy
+from sluiceway.store.swap import SwapArea
+
+log = logging.getLogger(__name__)
+
+
+class StorageError(SluicewayError):
+    """The data directory cannot be used (locked by another broker, not writable...)."""
+
+
+class SyncNotifier:
+    """Carries "synced up to LSN n" from the journal's fsync thread to the event loop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._callback: Callable[[], None] | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._loop, self._callback = loop, callback
+
+    def __call__(self, lsn: int) -> None:
+        with self._lock:
+            loop, callback = self._loop, self._callback
+        if loop is not None and callback is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(callback)
+
+
+class Storage:
+    """The broker's store, swap area and directory lock, opened and closed together."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.notifier = SyncNotifier()
+        self.store: MessageStore
+        self.swap: SwapArea | None = None
+        self._lock_file: IO[str] | None = None
+        if config.persist_store == "memory":
+            self.store = MemoryStore()
+            self.directory: Path | None = None
+            return
+        self.directory = Path(config.data_directory).resolve()
+        self._lock(self.directory)
+        journal = Journal(
+            self.directory / "journal",
+            segment_size=config.segment_size,
+            sync=SyncPolicy(config.sync_policy),
+            on_synced=self.notifier,
+            skip_corrupt=config.skip_corrupt,
+        )
+        self.store = JournalStore(journal)
+        if config.swap_threshold:
+            self.swap = SwapArea(self.directory / "swap")
+            self.swap.open()
+
+    def _lock(self, directory: Path) -> None:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            lock_file = (directory / "lock").open("a+")
+        except OSError as exc:
+            raise StorageError(f"cannot use data directory {directory}: {exc}") from None
+        try:
+            fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock_file.seek(0)
+            holder = lock_file.read().strip() or "another process"
+            lock_file.close()
+            raise StorageError(
+                f"data directory {directory} is in use by another broker ({holder}); stop it, "
+                "or give this one its own --data-dir"
+            ) from None
+        lock_file.seek(0)
+        lock_file.truncate()
+        lock_file.write(f"pid {os.getpid()}\n")
+        lock_file.flush()
+        self._lock_file = lock_file
+
+    def open_broker(self) -> tuple[Broker, Recovery | None]:
+        """A broker on this storage, with whatever the journal held read back."""
+        broker = Broker(self.config, store=self.store, spill=self.swap)
+        try:
+            recovery = broker.recover()
+        except CorruptJournal as exc:
+            raise StorageError(
+                f"corrupt journal: {exc.segment} is damaged at offset {exc.offset}. The broker "
+                "will not start and silently lose what is after it. To start anyway, losing only "
+                "the damaged records, set -D imq.persist.file.skip_corrupt=true (the damaged bytes "
+                "are saved under journal/discarded first)."
+            ) from exc
+        if recovery is not None and isinstance(self.store, JournalStore):
+            _log_recovery(self.store, recovery)
+        return broker, recovery
+
+    def close(self) -> None:
+        self.store.close()
+        if self.swap is not None:
+            self.swap.close()
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+
+
+def _log_recovery(store: JournalStore, recovery: Recovery) -> None:
+    report = store.journal.report
+    counts = ", ".join(
+        f"{name} {count}"
+        for name, count in sorted(recovery.messages.items(), key=lambda item: str(item[0]))
+    )
+    log.info(
+        "journal: %d segments, %d records read; recovered %d persistent messages%s",
+        report.segments,
+        report.records,
+        sum(recovery.messages.values()),
+        f" ({counts})" if counts else "",
+    )
+    if report.torn_bytes:
+        log.warning(
+            "journal: cut %d bytes of a write torn by a crash (never confirmed to any client); "
+            "saved in %s",
+            report.torn_bytes,
+            ", ".join(str(p) for p in report.saved),
+        )
+    for segment, offset, length in report.skipped:
+        log.error(
+            "journal: skipped %d corrupt bytes at offset %d of %s "
+            "(imq.persist.file.skip_corrupt); the messages they held are lost",
+            length,
+            offset,
+            segment,
+        )
+    if recovery.discarded_tx:
+        log.info("journal: discarded a transaction whose commit was cut by a crash")
+    if recovery.durables:
+        log.info("journal: recovered %d durable subscriptions", len(recovery.durables))

@@ -1,0 +1,891 @@
+"""The write-ahead journal: append-only, segmented, checksummed.
+
+Records are opaque bytes with a small integer type (0-255). Each gets a log sequence number (LSN):
+1 for the first record ever, then one more per record, across segments.
+
+On-disk format (integers little-endian)
+---------------------------------------
+A directory of segment files named by their base LSN, zero-padded to 20 digits, suffix `.log`
+(`00000000000000000001.log`). A segment holds the records with LSNs from its base up to, not
+including, the next segment's base. Segment header, 16 bytes, `<4sIQ`::
+
+    0   4s   magic b"SWJ1"
+    4   u32  format version: 1
+    8   u64  base LSN (the number in the file name)
+
+A compacted segment (see `Journal.rewrite_segment`) has format version 2 and a 24-byte header,
+`<4sIQQ`: the same fields, then the u64 end LSN (the next segment's base when it was compacted).
+Its records keep their LSNs, so there may be gaps between them; all lie in [base, end).
+
+Record: a 17-byte header `<IIQB`, then the payload::
+
+    0   u32  payload length, bytes
+    4   u32  CRC-32 (zlib.crc32) of header bytes 8..17 then the payload (LSN, type, payload)
+    8   u64  LSN
+    16  u8   record type (opaque to the journal)
+
+Also in the directory: `discarded/<segment name>.<offset>.bytes` (or `.<offset>.<n>.bytes` when
+that name holds other bytes) keeps what recovery cut or skipped; `<segment name>.compact` is a
+compaction interrupted by a crash (the segment itself is intact), removed by recovery.
+
+Recovery (`Journal.recover`) reads segments in base-LSN order. A record is valid when its header
+and payload are complete, its length is at most max_record_size, its CRC matches and its LSN is the
+next one (in a compacted segment: higher than the previous and below the segment's end). At the
+first invalid record, the rest of the segment is scanned byte by byte for a valid record:
+
+- one is found: damage in the middle, raised as CorruptJournal unless skip_corrupt, which saves the
+  damaged bytes aside, reports them and goes on from that record;
+- none: a torn tail (a crash during a write). The bytes are saved aside, the segment truncated,
+  and any later segment (never durable either) saved aside whole and removed. A compacted segment
+  was fsynced whole before it replaced the old one, so damage there is always corruption.
+
+A gap or overlap between the LSNs of consecutive segments is corruption. "Saved aside" means
+copied to `discarded/` and fsynced before anything is cut: recovery never deletes unsaved data.
+
+Durability: under ALWAYS and GROUP a segment is fsynced before the next segment's file is created
+(the new file and the directory are fsynced too), so a later segment on disk proves every earlier
+one complete: a gap in the LSNs between segments is corruption, never the trace of a crash. Under
+OS records are never fsynced: a process crash loses nothing flushed, but after a power loss
+recovery may report damage as corruption.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, NoReturn, TypeVar
+
+from sluiceway.errors import SluicewayError
+
+MAGIC: Final = b"SWJ1"
+VERSION: Final = 1
+COMPACTED_VERSION: Final = 2
+
+_HEADER: Final = struct.Struct("<4sIQ")
+_COMPACTED_HEADER: Final = struct.Struct("<4sIQQ")
+_RECORD: Final = struct.Struct("<IIQB")
+_LEN_CRC: Final = struct.Struct("<II")  # the record header's first 8 bytes
+_LSN_TYPE: Final = struct.Struct("<QB")  # its last 9, which the CRC covers
+_U64: Final = struct.Struct("<Q")
+assert (_HEADER.size, _COMPACTED_HEADER.size, _RECORD.size, _U64.size) == (16, 24, 17, 8)
+assert _LEN_CRC.size + _LSN_TYPE.size == _RECORD.size
+
+_NAME: Final = re.compile(r"[0-9]{20}\.log")
+_TEMP_SUFFIX: Final = ".compact"
+_CHUNK: Final = 1 << 20  # bytes per read while recovering, and per write while compacting
+_JOIN_TIMEOUT: Final = 30.0  # seconds close() waits for the fsync thread's last round
+_NONZERO: Final = re.compile(rb"[^\x00]")
+_T = TypeVar("_T")
+
+
+class SyncPolicy(enum.Enum):
+    """When flushed records are made durable."""
+
+    ALWAYS = "always"  # every flush is fsynced before flush() returns (in the caller's thread)
+    GROUP = "group"  # a background thread fsyncs; flushes made during one fsync share the next
+    OS = "os"  # never fsync records; the OS writes when it likes
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    lsn: int
+    segment: int  # base LSN of the segment file holding the record
+    offset: int  # byte offset of the record header in that file
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    position: Position
+    type: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo:
+    base_lsn: int
+    path: Path
+    size: int  # bytes; for the active segment, buffered records included
+    active: bool  # the segment appends go to
+
+
+@dataclass
+class RecoveryReport:
+    """What `Journal.recover()` found and did."""
+
+    segments: int = 0  # segment files read
+    records: int = 0  # valid records yielded
+    torn_bytes: int = 0  # bytes cut from a torn tail, and in later segments removed with it
+    saved: list[Path] = field(default_factory=list)  # where cut or skipped bytes were saved
+    # (segment, offset, length) of corrupt regions skipped under skip_corrupt
+    skipped: list[tuple[Path, int, int]] = field(default_factory=list)
+    # (last LSN before, first LSN after) where LSNs jump past skipped damage or a missing segment
+    lsn_gaps: list[tuple[int, int]] = field(default_factory=list)
+
+
+class JournalError(SluicewayError):
+    """The journal cannot do what was asked; the message says why and what to do."""
+
+
+class CorruptJournal(JournalError):
+    """A segment holds damage that is not a torn tail, at `offset` in the file `segment`."""
+
+    def __init__(self, segment: Path, offset: int, problem: str, *, skippable: bool = True):
+        hint = (
+            "to recover the records after it, open the journal with skip_corrupt (the damaged"
+            " bytes are saved in discarded/ first)"
+            if skippable
+            else "this cannot be skipped: move the segment out of the journal directory"
+        )
+        super().__init__(
+            f"journal segment {segment} is corrupt at offset {offset}: {problem}; {hint}"
+        )
+        self.segment = segment
+        self.offset = offset
+
+
+@dataclass(slots=True)
+class _Segment:
+    base: int
+    path: Path
+    size: int  # bytes on disk (for the active segment, see Journal._end)
+    end: int | None = None  # compacted segments: the end of their LSN range
+
+
+@dataclass(frozen=True, slots=True)
+class _Damage:
+    offset: int  # of the first invalid byte
+    length: int
+    resume: int | None  # offset of the next valid record; None when no valid record follows
+
+
+def _open(path: Path, flags: int) -> int:
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as error:
+        raise JournalError(f"cannot open {path}: {error}") from error
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    """`size` bytes at `offset`, fewer only at the end of the file."""
+    parts: list[bytes] = []
+    while size > 0 and (part := os.pread(fd, size, offset)):
+        parts.append(part)
+        size, offset = size - len(part), offset + len(part)
+    return b"".join(parts)
+
+
+def _crc(header_tail: bytes, payload: bytes) -> int:
+    return zlib.crc32(payload, zlib.crc32(header_tail))
+
+
+def _fsync_failed(what: object, error: OSError) -> str:
+    # After a failed fsync the kernel may have dropped the dirty pages, and a retry could report
+    # success for data that is gone: the journal stops for good.
+    return (
+        f"fsync of {what} failed ({error}): records may not be durable, so the journal accepts no"
+        " more; restart the broker (recovery keeps every record that reached the disk)"
+    )
+
+
+def _not_a_segment(path: Path, why: str) -> JournalError:
+    return JournalError(
+        f"{path} is not a valid journal segment: {why}; move it out of the directory"
+    )
+
+
+class _SegmentFile:
+    """One segment file, read through pread with a read-ahead buffer, validated as it goes."""
+
+    def __init__(self, fd: int, path: Path, base: int, max_record_size: int) -> None:
+        self.fd, self.path, self.base, self.max_record_size = fd, path, base, max_record_size
+        self.size = os.fstat(fd).st_size
+        self.end: int | None = None  # compacted segments: the end of their LSN range
+        self.data_start = self.size  # no records until a complete header is read
+        self._buffer, self._buffer_at = b"", 0
+
+    def get(self, offset: int, size: int) -> bytes:
+        start = offset - self._buffer_at
+        if start < 0 or start + size > len(self._buffer):
+            if size > _CHUNK:
+                return _pread(self.fd, size, offset)
+            self._buffer, self._buffer_at, start = _pread(self.fd, _CHUNK, offset), offset, 0
+        return self._buffer[start : start + size]
+
+    def read_header(self) -> None:
+        head = self.get(0, _COMPACTED_HEADER.size)
+        if len(head) < _HEADER.size:
+            # "A segment too short for its header is fine": a crash while it was created.
+            if not _HEADER.pack(MAGIC, VERSION, self.base).startswith(head):
+                raise _not_a_segment(self.path, "too short for a header, and not the start of one")
+            return
+        magic, version, base = _HEADER.unpack_from(head)
+        if magic != MAGIC or version not in (VERSION, COMPACTED_VERSION):
+            why = f"magic {magic!r} version {version} (expected {MAGIC!r} version 1 or 2)"
+            raise _not_a_segment(self.path, why)
+        if base != self.base:
+            raise _not_a_segment(
+                self.path, f"its header says base LSN {base}, its name {self.base}"
+            )
+        self.data_start = _HEADER.size
+        if version == COMPACTED_VERSION:
+            if len(head) < _COMPACTED_HEADER.size:
+                raise _not_a_segment(self.path, "its compacted header is truncated")
+            self.end, self.data_start = _COMPACTED_HEADER.unpack(head)[3], _COMPACTED_HEADER.size
+
+    def records(self, last: int) -> Iterator[Record | _Damage]:
+        """The valid records and damaged regions in file order; `last`: the LSN before them."""
+        offset = self.data_start
+        while offset < self.size:
+            record = self._parse(offset, last, self._upper(last, offset, offset))
+            if record is None:
+                resume = self._find(offset, last)
+                yield _Damage(offset, (self.size if resume is None else resume) - offset, resume)
+                if resume is None:
+                    return
+                record = self._parse(resume, last, self._upper(last, resume, offset))
+                assert record is not None
+            yield record
+            last = record.position.lsn
+            offset = record.position.offset + _RECORD.size + len(record.payload)
+
+    def _upper(self, last: int, offset: int, damaged: int) -> int:
+        """The highest LSN a record at `offset` may have when damage starts at `damaged`."""
+        if self.end is not None:
+            return self.end - 1  # compaction leaves gaps: any LSN of the segment's range
+        # The record at `damaged` should have had LSN last + 1; each record takes 17 bytes or more.
+        return last + 1 + (offset - damaged) // _RECORD.size
+
+    def _parse(self, offset: int, last: int, upper: int) -> Record | None:
+        """The record at `offset` if it is valid with an LSN in (last, upper]."""
+        header = self.get(offset, _RECORD.size)
+        if len(header) < _RECORD.size:
+            return None
+        length, crc, lsn, kind = _RECORD.unpack(header)
+        if not last < lsn <= upper or length > self.max_record_size:
+            return None
+        if offset + _RECORD.size + length > self.size:
+            return None
+        payload = self.get(offset + _RECORD.size, length)
+        if _crc(header[_LEN_CRC.size :], payload) != crc:
+            return None
+        return Record(Position(lsn, self.base, offset), kind, payload)
+
+    def _find(self, damaged: int, last: int) -> int | None:
+        """Rule 3: scan byte by byte for a valid record after the invalid one at `damaged`."""
+        pos = damaged + 1
+        while pos + _RECORD.size <= self.size:
+            window = self.get(pos, _CHUNK)
+            count, i = len(window) - _RECORD.size + 1, 0
+            while i < count:
+                lsn = _U64.unpack_from(window, i + 8)[0]
+                upper = self._upper(last, pos + i, damaged)
+                if last < lsn <= upper and self._parse(pos + i, last, upper) is not None:
+                    return pos + i
+                if lsn == 0:  # skip zero runs fast (a file extended but never written)
+                    nonzero = _NONZERO.search(window, i + 8)
+                    i = max(i + 1, (len(window) if nonzero is None else nonzero.start()) - 15)
+                else:
+                    i += 1
+            pos += count
+        return None
+
+
+class Journal:
+    """An append-only journal of typed records in a directory of segment files.
+
+    Call `recover()` once and exhaust it, then use the journal from one thread. Under GROUP a
+    daemon thread fsyncs and calls `on_synced` (which must be thread-safe); `close()` stops it.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        segment_size: int = 64 * 1024 * 1024,
+        sync: SyncPolicy = SyncPolicy.GROUP,
+        on_synced: Callable[[int], None] | None = None,
+        skip_corrupt: bool = False,
+        max_record_size: int = 128 * 1024 * 1024,
+    ) -> None:
+        if segment_size < _COMPACTED_HEADER.size + _RECORD.size:
+            raise JournalError(f"segment_size {segment_size} is too small: use 41 bytes or more")
+        if not 0 <= max_record_size <= 0xFFFFFFFF:
+            raise JournalError(f"max_record_size {max_record_size} must be 0 to 2**32-1 bytes")
+        self._directory = Path(directory)
+        self._segment_size, self._sync, self._on_synced = segment_size, sync, on_synced
+        self._skip_corrupt, self._max_record_size = skip_corrupt, max_record_size
+        self.report = RecoveryReport()
+        # Why operations are refused (None: accepted): one attribute test per append.
+        self._blocked: str | None = "call recover() and exhaust it before appending"
+        self._cause: BaseException | None = None
+        self._failed = self._recover_called = self._closed = False
+        self._segments: dict[int, _Segment] = {}  # by base LSN, oldest first, the active one last
+        self._chunks: list[bytes] = []
+        self._next_lsn, self._reported_lsn = 1, 0  # _reported_lsn: the last passed to on_synced
+        self._active_base = 0
+        self._end = self._written_end = 0  # bytes in the active segment: appended, written
+        # Shared with the fsync thread under GROUP, guarded by _cond (so are _blocked, _failed).
+        self._cond = threading.Condition(threading.Lock())
+        self._active_fd, self._written_lsn, self._synced_lsn = -1, 0, 0
+        self._retired: list[int] = []  # fds of older segments the thread fsyncs, then closes
+        self._dirty = self._stopping = False  # _dirty: written data no fsync round has taken yet
+        self._thread: threading.Thread | None = None
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def recover(self) -> Iterator[Record]:
+        """Yield every valid record in LSN order, streaming (see Recovery in the module doc)."""
+        if self._recover_called:
+            raise JournalError("recover() was already called; a journal is recovered once")
+        self._recover_called = True
+        return self._recover()
+
+    def _recover(self) -> Iterator[Record]:
+        found = self._list_directory()
+        expected: int | None = None  # the base LSN the next segment must have
+        for index, (base, path) in enumerate(found):
+            if expected is not None and base != expected:
+                self._lsn_jump(path, expected, base)
+            expected, torn = yield from self._recover_segment(base, path)
+            if torn and index + 1 < len(found):
+                # Rule 3: older segments are synced first, so what follows a torn tail was never
+                # durable either.
+                self._discard([later for _base, later in found[index + 1 :]])
+                break
+        self._next_lsn = 1 if expected is None else expected
+        self._written_lsn = self._synced_lsn = self._reported_lsn = self._next_lsn - 1
+        self._open_active()
+        self._blocked = None
+        if self._sync is SyncPolicy.GROUP:
+            name = f"journal-fsync {self._directory}"
+            self._thread = threading.Thread(target=self._sync_loop, name=name, daemon=True)
+            self._thread.start()
+
+    def _list_directory(self) -> list[tuple[int, Path]]:
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            entries = list(os.scandir(self._directory))
+        except OSError as error:
+            raise JournalError(
+                f"cannot open journal directory {self._directory}: {error}"
+            ) from error
+        found: list[tuple[int, Path]] = []
+        for entry in entries:
+            if _NAME.fullmatch(entry.name):
+                found.append((int(entry.name[:20]), Path(entry.path)))
+            elif _NAME.fullmatch(entry.name.removesuffix(_TEMP_SUFFIX)):
+                # An interrupted compaction: "a crash at any moment leaves either the old or the
+                # new file", and this is neither; the old segment is intact.
+                os.unlink(entry.path)
+        return sorted(found)
+
+    def _lsn_jump(self, path: Path, expected: int, base: int) -> None:
+        """Rule 1: LSNs continue without gaps across segments."""
+        if base < expected:
+            problem = f"base LSN {base} overlaps the previous segment, which reaches {expected - 1}"
+            raise CorruptJournal(path, 0, problem, skippable=False)
+        if not self._skip_corrupt:
+            problem = f"LSNs {expected} to {base - 1} are missing before it (a segment was lost)"
+            raise CorruptJournal(path, 0, problem)
+        self.report.lsn_gaps.append((expected - 1, base))
+
+    def _recover_segment(self, base: int, path: Path) -> Generator[Record, None, tuple[int, bool]]:
+        """Yield a segment's valid records; return (the next segment's base, a tail was cut)."""
+        fd = _open(path, os.O_RDWR)
+        try:
+            segment = _SegmentFile(fd, path, base, self._max_record_size)
+            segment.read_header()
+            self.report.segments += 1
+            end, size = base, segment.size
+            for item in segment.records(base - 1):
+                if isinstance(item, _Damage):
+                    if item.resume is None and segment.end is None:
+                        size = self._cut_tail(segment, item.offset)
+                        break
+                    self._skip(segment, item)
+                    continue
+                if item.position.lsn != end and segment.end is None:
+                    self.report.lsn_gaps.append((end - 1, item.position.lsn))
+                end = item.position.lsn + 1
+                self.report.records += 1
+                yield item
+            if self._sync is not SyncPolicy.OS:
+                self._sync_fd(fd, path)  # what an earlier run under OS wrote is durable from now
+        finally:
+            os.close(fd)
+        self._segments[base] = _Segment(base, path, size, segment.end)
+        return (end if segment.end is None else segment.end), size < segment.size
+
+    def _cut_tail(self, segment: _SegmentFile, offset: int) -> int:
+        # Rule 3: nothing valid after the damage means a torn tail, a crash during a write.
+        length = segment.size - offset
+        self._save_aside(segment.fd, segment.path, offset, length)
+        os.ftruncate(segment.fd, offset)
+        self._sync_fd(segment.fd, segment.path)
+        self.report.torn_bytes += length
+        return offset
+
+    def _skip(self, segment: _SegmentFile, damage: _Damage) -> None:
+        if not self._skip_corrupt:
+            after = (
+                "nothing valid follows, yet this compacted segment was fully synced when written"
+                if damage.resume is None
+                else f"a valid record follows at offset {damage.resume}"
+            )
+            raise CorruptJournal(segment.path, damage.offset, f"an invalid record, and {after}")
+        self._save_aside(segment.fd, segment.path, damage.offset, damage.length)
+        _add_new(self.report.skipped, (segment.path, damage.offset, damage.length))
+
+    def _discard(self, paths: list[Path]) -> None:
+        for path in paths:
+            fd = _open(path, os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                self._save_aside(fd, path, 0, size)
+            finally:
+                os.close(fd)
+            path.unlink()
+            self.report.torn_bytes += size
+        self._sync_dir(self._directory)
+
+    def _save_aside(self, fd: int, path: Path, offset: int, length: int) -> None:
+        """Rule 5: copy bytes to discarded/ and fsync them before they are cut or skipped."""
+        folder = self._directory / "discarded"
+        if not folder.is_dir():
+            folder.mkdir()
+            self._sync_dir(self._directory)
+        target, n = folder / f"{path.name}.{offset}.bytes", 0
+        while target.exists():
+            if _same_bytes(target, fd, offset, length):  # saved by an earlier recovery
+                _add_new(self.report.saved, target)
+                return
+            n += 1
+            target = folder / f"{path.name}.{offset}.{n}.bytes"
+        out = _open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            for start in range(offset, offset + length, _CHUNK):
+                _write_all(out, _pread(fd, min(_CHUNK, offset + length - start), start))
+            self._sync_fd(out, target)
+        finally:
+            os.close(out)
+        self._sync_dir(folder)
+        _add_new(self.report.saved, target)
+
+    def _open_active(self) -> None:
+        """Rule 6: the last segment takes the appends unless it is full (or compacted)."""
+        last = next(reversed(self._segments.values()), None)
+        if last is not None and last.end is None and last.size < self._segment_size:
+            if last.size >= _HEADER.size:
+                self._active_fd = _open(last.path, os.O_RDWR | os.O_APPEND)
+                self._active_base, self._end = last.base, last.size
+                self._written_end = self._end
+                return
+            # A crash while it was created: its bytes are a prefix of the header written below.
+            last.path.unlink()
+            del self._segments[last.base]
+        self._active_fd = self._create_segment(self._next_lsn)
+        self._active_base, self._end, self._written_end = self._next_lsn, _HEADER.size, _HEADER.size
+
+    def _create_segment(self, base: int) -> int:
+        path = self._directory / f"{base:020d}.log"
+        fd = _open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+        try:
+            _write_all(fd, _HEADER.pack(MAGIC, VERSION, base))
+            self._sync_fd(fd, path)
+            self._sync_dir(self._directory)  # the file's existence is durable too
+        except BaseException as error:
+            os.close(fd)
+            if not isinstance(error, OSError):
+                raise
+            path.unlink()  # a partial header in the middle would read as a gap on recovery
+            raise JournalError(f"cannot create segment {path}: {error}") from error
+        self._segments[base] = _Segment(base, path, _HEADER.size)
+        return fd
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(self, type: int, payload: bytes) -> Position:
+        """Buffer a record (no syscall) and return its position; `payload` must not change."""
+        if self._blocked is not None:
+            self._refuse()
+        size = len(payload)
+        if size > self._max_record_size:
+            raise JournalError(
+                f"a record of {size} bytes exceeds max_record_size ({self._max_record_size} bytes);"
+                " raise the limit or store less per record"
+            )
+        lsn = self._next_lsn
+        try:
+            crc = zlib.crc32(payload, zlib.crc32(_LSN_TYPE.pack(lsn, type)))
+        except struct.error:
+            raise JournalError(f"record type {type!r} is out of range: use 0 to 255") from None
+        offset = self._end
+        chunks = self._chunks
+        chunks.append(_RECORD.pack(size, crc, lsn, type))
+        chunks.append(payload)
+        self._end = offset + _RECORD.size + size
+        self._next_lsn = lsn + 1
+        return Position(lsn, self._active_base, offset)
+
+    def flush(self) -> int:
+        """Hand every buffered record to the OS in one write; return the last LSN written."""
+        if self._blocked is not None:
+            self._refuse()
+        if not self._chunks:
+            return self._written_lsn
+        data, self._chunks, lsn = b"".join(self._chunks), [], self._next_lsn - 1
+        try:
+            _write_all(self._active_fd, data)
+        except OSError as error:
+            path = self._segments[self._active_base].path
+            message = (
+                f"writing {len(data)} bytes to {path} failed ({error}); it may end with a partial"
+                " record, so the journal accepts no more: fix the disk and restart the broker"
+            )
+            raise self._fail(message, error) from error
+        self._written_end = self._end
+        if self._sync is SyncPolicy.GROUP:
+            with self._cond:
+                self._written_lsn, self._dirty = lsn, True
+                self._cond.notify()
+            return lsn
+        self._written_lsn = lsn
+        if self._sync is SyncPolicy.ALWAYS:
+            self._sync_fd(self._active_fd, self._segments[self._active_base].path)
+        self._synced_lsn = self._reported_lsn = lsn
+        if self._on_synced is not None:
+            self._on_synced(lsn)
+        return lsn
+
+    @property
+    def buffered(self) -> bool:
+        return bool(self._chunks)
+
+    @property
+    def next_lsn(self) -> int:
+        return self._next_lsn
+
+    @property
+    def written_lsn(self) -> int:
+        return self._written_lsn
+
+    @property
+    def synced_lsn(self) -> int:
+        return self._synced_lsn
+
+    def wait_synced(self, lsn: int, timeout: float | None = None) -> bool:
+        """Block until `lsn` is durable (True) or `timeout` seconds pass (False).
+
+        Raises JournalError once the journal has failed: the wait could never end well. Without
+        the GROUP thread only the caller's own flush() syncs, so this does not block.
+        """
+        with self._cond:
+            if self._thread is not None:
+                self._cond.wait_for(
+                    lambda: self._synced_lsn >= lsn or self._failed or self._stopping, timeout
+                )
+            if self._synced_lsn < lsn and self._failed:
+                raise JournalError(self._blocked) from self._cause
+            return self._synced_lsn >= lsn
+
+    # -- segments ------------------------------------------------------------------------------
+
+    @property
+    def should_rotate(self) -> bool:
+        """The active segment has reached segment_size, buffered records included."""
+        return self._end >= self._segment_size
+
+    def rotate(self) -> int:
+        """Flush, then start a new active segment at next_lsn; return its base LSN.
+
+        An active segment without records is kept: its base already is next_lsn.
+        """
+        self.flush()
+        if self._end == _HEADER.size:
+            return self._active_base
+        old = self._segments[self._active_base]
+        if self._sync is SyncPolicy.GROUP:  # (ALWAYS synced it in flush)
+            self._sync_fd(self._active_fd, old.path)  # complete on disk before a later segment
+        old.size, base = self._end, self._next_lsn
+        fd = self._create_segment(base)
+        with self._cond:
+            old_fd, self._active_fd = self._active_fd, fd
+            if self._sync is SyncPolicy.GROUP:
+                self._retired.append(old_fd)  # the thread may be fsyncing it: it closes it
+                self._dirty = True
+                self._cond.notify()
+        if self._sync is not SyncPolicy.GROUP:
+            os.close(old_fd)
+        self._active_base, self._end, self._written_end = base, _HEADER.size, _HEADER.size
+        return base
+
+    def segments(self) -> list[SegmentInfo]:
+        active = self._active_base
+        return [
+            SegmentInfo(s.base, s.path, self._end if s.base == active else s.size, s.base == active)
+            for s in self._segments.values()
+        ]
+
+    def delete_segment(self, base_lsn: int) -> None:
+        """Delete a non-active segment whose records are all dead.
+
+        Only the oldest file goes: a file missing in the middle reads as lost data on recovery
+        ("a gap between complete segments is corruption"). A later segment is emptied instead
+        (compacted, 24 bytes) and removed once it is the oldest.
+        """
+        segment = self._non_active(base_lsn)
+        if base_lsn != next(iter(self._segments)):
+            if segment.end is None or segment.size > _COMPACTED_HEADER.size:  # not emptied yet
+                self.rewrite_segment(base_lsn, lambda _record: False)
+            return
+        self._remove(segment)
+        for later in list(self._segments.values()):
+            if later.end is None or later.size > _COMPACTED_HEADER.size:
+                break
+            self._remove(later)
+        self._sync_dir(self._directory)
+
+    def _remove(self, segment: _Segment) -> None:
+        try:
+            segment.path.unlink()
+        except OSError as error:
+            raise JournalError(f"cannot delete segment {segment.path}: {error}") from error
+        del self._segments[segment.base]
+
+    def rewrite_segment(self, base_lsn: int, keep: Callable[[Record], bool]) -> dict[int, Position]:
+        """Compact a non-active segment to the records `keep` accepts; return their positions.
+
+        They keep their LSNs and types. The copy is fsynced, renamed over the segment, then the
+        directory is fsynced: a crash at any moment leaves the old file or the new one.
+        """
+        segment = self._non_active(base_lsn)
+        bases = list(self._segments)
+        end = bases[bases.index(base_lsn) + 1]
+        temp = segment.path.with_name(segment.path.name + _TEMP_SUFFIX)
+        fd = _open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            positions, size = self._copy_kept(segment, end, keep, fd)
+            self._sync_fd(fd, temp)
+        except BaseException as error:
+            os.close(fd)
+            temp.unlink(missing_ok=True)
+            if isinstance(error, OSError):  # the segment is untouched: free space and retry
+                raise JournalError(f"cannot compact {segment.path}: {error}") from error
+            raise
+        os.close(fd)
+        os.replace(temp, segment.path)
+        self._sync_dir(self._directory)
+        segment.size, segment.end = size, end
+        return positions
+
+    def _copy_kept(
+        self, segment: _Segment, end: int, keep: Callable[[Record], bool], out: int
+    ) -> tuple[dict[int, Position], int]:
+        chunks = [_COMPACTED_HEADER.pack(MAGIC, COMPACTED_VERSION, segment.base, end)]
+        size = pending = _COMPACTED_HEADER.size
+        positions: dict[int, Position] = {}
+        for record in self._segment_records(segment):
+            if keep(record):
+                lsn, payload = record.position.lsn, record.payload
+                positions[lsn] = Position(lsn, segment.base, size)
+                tail = _LSN_TYPE.pack(lsn, record.type)
+                chunks += (_LEN_CRC.pack(len(payload), _crc(tail, payload)), tail, payload)
+                size, pending = size + _RECORD.size + len(payload), pending + len(payload)
+            if pending >= _CHUNK:
+                _write_all(out, b"".join(chunks))
+                chunks, pending = [], 0
+        _write_all(out, b"".join(chunks))
+        return positions, size
+
+    def scan(self) -> Iterator[Record]:
+        """Read every valid record on disk again, in LSN order (records not flushed are not)."""
+        if self._blocked is not None and not self._failed:
+            self._refuse()  # not recovered yet, or closed
+        for segment in list(self._segments.values()):
+            yield from self._segment_records(segment)
+
+    def _segment_records(self, segment: _Segment) -> Iterator[Record]:
+        fd = _open(segment.path, os.O_RDONLY)
+        try:
+            reader = _SegmentFile(fd, segment.path, segment.base, self._max_record_size)
+            reader.read_header()
+            for item in reader.records(segment.base - 1):
+                if isinstance(item, _Damage):
+                    self._skip(reader, item)  # a complete segment has no torn tail
+                else:
+                    yield item
+        finally:
+            os.close(fd)
+
+    def _non_active(self, base: int) -> _Segment:
+        if self._blocked is not None:
+            self._refuse()
+        if base == self._active_base:
+            raise JournalError(f"segment {base} is the active segment; rotate() first")
+        if base not in self._segments:
+            raise JournalError(f"no segment has base LSN {base}; segments() lists them")
+        return self._segments[base]
+
+    def read(self, position: Position) -> Record:
+        """The record at `position`, read with pread and checked against its CRC."""
+        if self._closed:
+            raise JournalError("the journal is closed")
+        base, offset, segment = (
+            position.segment,
+            position.offset,
+            self._segments.get(position.segment),
+        )
+        if segment is None:
+            raise JournalError(f"no segment has base LSN {base}: it was deleted")
+        if base == self._active_base and offset >= self._written_end:
+            raise JournalError(f"record {position.lsn} is not flushed yet; flush() before reading")
+        fd = self._active_fd if base == self._active_base else _open(segment.path, os.O_RDONLY)
+        try:
+            header = _pread(fd, _RECORD.size, offset)
+            length, crc, lsn, kind = _RECORD.unpack(header.ljust(_RECORD.size, b"\0"))
+            if lsn == position.lsn and length <= self._max_record_size:
+                payload = _pread(fd, length, offset + _RECORD.size)
+                if len(payload) == length and _crc(header[_LEN_CRC.size :], payload) == crc:
+                    return Record(position, kind, payload)
+        finally:
+            if fd != self._active_fd:
+                os.close(fd)
+        raise JournalError(
+            f"no valid record {position.lsn} at offset {offset} of {segment.path}: the bytes are"
+            " damaged, or the segment was rewritten since (use the positions rewrite returned)"
+        )
+
+    # -- durability ----------------------------------------------------------------------------
+
+    def _fsync(self, fd: int) -> None:
+        """The one place files are fsynced, so tests can replace it."""
+        os.fsync(fd)
+
+    def _sync_fd(self, fd: int, path: Path) -> None:
+        try:
+            self._fsync(fd)
+        except OSError as error:
+            raise self._fail(_fsync_failed(path, error), error) from error
+
+    def _sync_dir(self, path: Path) -> None:
+        fd = _open(path, os.O_RDONLY)
+        try:
+            self._sync_fd(fd, path)
+        finally:
+            os.close(fd)
+
+    def _fail(self, message: str, cause: BaseException) -> JournalError:
+        """Refuse every later operation: "never continue silently after a failed fsync"."""
+        with self._cond:
+            if not self._failed:
+                self._failed, self._blocked, self._cause = True, message, cause
+            self._cond.notify_all()
+        return JournalError(message)
+
+    def _refuse(self) -> NoReturn:
+        raise JournalError(self._blocked) from self._cause
+
+    def _sync_loop(self) -> None:
+        """GROUP: one fsync round covers every flush made before it started."""
+        while True:
+            with self._cond:
+                while not (self._dirty or self._stopping):
+                    self._cond.wait()
+                if not self._dirty or self._failed:
+                    return
+                self._dirty = False
+                target, retired, active = self._written_lsn, list(self._retired), self._active_fd
+            if not self._sync_round(target, retired, active):
+                return
+
+    def _sync_round(self, target: int, retired: list[int], active: int) -> bool:
+        try:
+            # Older segments first: no LSN of a segment is reported before earlier ones are durable.
+            for fd in (*retired, active):
+                self._fsync(fd)
+        except OSError as error:
+            self._fail(_fsync_failed(f"{self._directory} (LSNs to {target})", error), error)
+            return False
+        # synced_lsn is published before on_synced runs: a caller woken by the callback must
+        # find synced_lsn at least as far as the LSN it was told about.
+        with self._cond:
+            for fd in retired:
+                os.close(fd)
+            del self._retired[: len(retired)]
+            self._synced_lsn = max(self._synced_lsn, target)
+            self._cond.notify_all()
+        if target > self._reported_lsn and self._on_synced is not None:
+            self._reported_lsn = target
+            try:
+                self._on_synced(target)
+            except Exception as error:  # a bug in the callback stops the journal, not silently
+                self._fail(f"on_synced({target}) raised {error!r}; the journal stopped", error)
+                return False
+        return True
+
+    def close(self) -> None:
+        """Flush, make durable (except under OS), stop the fsync thread, close the files.
+
+        Raises JournalError if the journal failed, even when an append already reported it.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._blocked is None:
+                self.flush()
+        finally:
+            stopped = self._stop_thread()
+            with self._cond:
+                self._blocked = self._blocked if self._failed else "the journal is closed"
+            if stopped:  # otherwise the thread may still use the files
+                for fd in (*self._retired, self._active_fd):
+                    if fd >= 0:
+                        os.close(fd)
+                self._retired, self._active_fd = [], -1
+        if not stopped:
+            raise JournalError(
+                f"the fsync thread did not finish in {_JOIN_TIMEOUT} s: records may not be durable"
+            )
+        if self._failed:
+            self._refuse()
+
+    def _stop_thread(self) -> bool:
+        if self._thread is None:
+            return True
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(_JOIN_TIMEOUT)
+        return not self._thread.is_alive()
+
+
+def _same_bytes(path: Path, fd: int, offset: int, length: int) -> bool:
+    """Whether the file at `path` holds exactly the `length` bytes of `fd` at `offset`."""
+    if path.stat().st_size != length:
+        return False
+    with path.open("rb") as saved:
+        return all(
+            saved.read(n) == _pread(fd, n, start)
+            for start in range(offset, offset + length, _CHUNK)
+            if (n := min(_CHUNK, offset + length - start))
+        )
+
+
+def _add_new(items: list[_T], item: _T) -> None:
+    """Append unless present: a later pass over a damaged segment reports it once."""
+    if item not in items:
+        items.append(item)
