@@ -1,0 +1,212 @@
+"""Building the configuration from defaults, a properties file and -D overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from sluiceway.config.broker import BrokerConfig
+from sluiceway.config.destination import DestinationDefinition, DestinationSettings
+from sluiceway.config.properties import PropertyInfo, format_default
+from sluiceway.errors import ConfigError
+from sluiceway.javaprops import load_properties
+from sluiceway.naming import DestinationKind, validate_name
+
+
+def _broker_properties() -> dict[str, tuple[str, PropertyInfo]]:
+    """Broker property name -> (BrokerConfig field name, declaration)."""
+    table: dict[str, tuple[str, PropertyInfo]] = {}
+    for f in dataclasses.fields(BrokerConfig):
+        info = f.metadata.get("property")
+        if isinstance(info, PropertyInfo):
+            table[info.name] = (f.name, info)
+    return table
+
+
+def _destination_properties() -> dict[str, tuple[str, PropertyInfo]]:
+    """Destination property name -> (DestinationSettings field name, declaration)."""
+    table: dict[str, tuple[str, PropertyInfo]] = {}
+    for f in dataclasses.fields(DestinationSettings):
+        info = f.metadata["property"]
+        assert isinstance(info, PropertyInfo)
+        table[info.name] = (f.name, info)
+    return table
+
+
+BROKER_PROPERTIES: Final = _broker_properties()
+DESTINATION_PROPERTIES: Final = _destination_properties()
+
+
+def autocreate_property_name(kind: DestinationKind, info: PropertyInfo) -> str:
+    scope = "destination" if info.shared_autocreate else kind.value
+    return f"imq.autocreate.{scope}.{info.name}"
+
+
+def _autocreate_properties() -> dict[str, tuple[DestinationKind, str, PropertyInfo]]:
+    table: dict[str, tuple[DestinationKind, str, PropertyInfo]] = {}
+    for field_name, info in DESTINATION_PROPERTIES.values():
+        for kind in DestinationKind:
+            if kind in info.kinds:
+                table[autocreate_property_name(kind, info)] = (kind, field_name, info)
+    return table
+
+
+AUTOCREATE_PROPERTIES: Final = _autocreate_properties()
+_DESTINATION_LINE: Final = re.compile(r"^imq\.destination\.(queue|topic)\.(.+)\.([A-Za-z]+)$")
+
+
+def _parse_value(name: str, info: PropertyInfo, text: str) -> Any:
+    try:
+        return info.parse(text)
+    except ValueError as exc:
+        raise ConfigError(
+            name, f"property {name} has the value {text!r}; accepted values: {exc}"
+        ) from None
+
+
+def _unknown(name: str) -> ConfigError:
+    known = [*BROKER_PROPERTIES, *AUTOCREATE_PROPERTIES]
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.75)
+    hint = f" Did you mean {' or '.join(close)}?" if close else ""
+    return ConfigError(
+        name,
+        f"unknown property {name}.{hint} The accepted properties are listed in "
+        "docs/configuration.md (sluiceway broker --list-properties prints them).",
+    )
+
+
+def build_config(values: Mapping[str, str]) -> BrokerConfig:
+    """Build a validated BrokerConfig from property names and their text values.
+
+    Raises ConfigError naming the first unknown property or bad value.
+    """
+    broker: dict[str, Any] = {}
+    autocreate: dict[DestinationKind, dict[str, Any]] = {k: {} for k in DestinationKind}
+    per_destination: dict[tuple[DestinationKind, str], dict[str, Any]] = {}
+    for name, text in values.items():
+        if name in BROKER_PROPERTIES:
+            field_name, info = BROKER_PROPERTIES[name]
+            broker[field_name] = _parse_value(name, info, text)
+        elif name in AUTOCREATE_PROPERTIES:
+            kind, field_name, info = AUTOCREATE_PROPERTIES[name]
+            autocreate[kind][field_name] = _parse_value(name, info, text)
+        elif (match := _DESTINATION_LINE.match(name)) is not None:
+            kind = DestinationKind(match.group(1))
+            field_name, info = _destination_property(name, kind, match.group(3))
+            key = (kind, _destination_name(name, match.group(2)))
+            per_destination.setdefault(key, {})[field_name] = _parse_value(name, info, text)
+        else:
+            raise _unknown(name)
+    if "write_low_water" not in broker and "write_high_water" in broker:
+        default_low = BrokerConfig().write_low_water
+        broker["write_low_water"] = min(default_low, broker["write_high_water"] // 4)
+    queue_defaults = DestinationSettings(**autocreate[DestinationKind.QUEUE])
+    topic_defaults = DestinationSettings(**autocreate[DestinationKind.TOPIC])
+    defaults = {DestinationKind.QUEUE: queue_defaults, DestinationKind.TOPIC: topic_defaults}
+    definitions = tuple(
+        DestinationDefinition(kind, dest, dataclasses.replace(defaults[kind], **fields))
+        for (kind, dest), fields in sorted(per_destination.items(), key=lambda i: i[0][1])
+    )
+    config = BrokerConfig(
+        **broker,
+        autocreate_queue_settings=queue_defaults,
+        autocreate_topic_settings=topic_defaults,
+        destinations=definitions,
+    )
+    _check_consistency(config)
+    return config
+
+
+def _destination_property(
+    name: str, kind: DestinationKind, prop_name: str
+) -> tuple[str, PropertyInfo]:
+    entry = DESTINATION_PROPERTIES.get(prop_name)
+    if entry is None or kind not in entry[1].kinds:
+        accepted = sorted(n for n, (_, i) in DESTINATION_PROPERTIES.items() if kind in i.kinds)
+        raise ConfigError(
+            name,
+            f"unknown {kind.value} property {prop_name!r} in {name}; "
+            f"accepted {kind.value} properties: {', '.join(accepted)}",
+        )
+    return entry
+
+
+def _destination_name(property_name: str, name: str) -> str:
+    try:
+        validate_name(name)
+    except ValueError as exc:
+        raise ConfigError(property_name, f"property {property_name}: {exc}") from None
+    return name
+
+
+def _check_consistency(config: BrokerConfig) -> None:
+    if config.write_low_water > config.write_high_water:
+        raise ConfigError(
+            "imq.stomp.write.low_water",
+            f"imq.stomp.write.low_water ({config.write_low_water}) must not exceed "
+            f"imq.stomp.write.high_water ({config.write_high_water})",
+        )
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """Split a `-D name=value` override."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise ConfigError(
+            text, f"-D {text!r} is not of the form name=value, e.g. -D imq.stomp.tcp.port=61613"
+        )
+    return name.strip(), value
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> BrokerConfig:
+    """Defaults, then the properties file at `path`, then `-D name=value` overrides."""
+    values: dict[str, str] = {}
+    if path is not None:
+        for line in load_properties(path):
+            values[line.key] = line.value
+    for text in overrides:
+        name, value = parse_override(text)
+        values[name] = value
+    return build_config(values)
+
+
+def render_reference() -> str:
+    """The configuration reference (docs/configuration.md), generated from the declarations."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated from `src/sluiceway/config.py` (`sluiceway broker --list-properties`); a test",
+        "checks that this file matches. Set properties in a file given with `--config FILE`",
+        "(Java-properties syntax) or on the command line with `-D name=value`, which wins.",
+        "An unknown property or a bad value stops start-up with a message that names it.",
+        "",
+        "## Broker properties",
+        "",
+        "| property | default | meaning |",
+        "|---|---|---|",
+    ]
+    defaults = BrokerConfig()
+    for name, (field_name, info) in BROKER_PROPERTIES.items():
+        default = format_default(getattr(defaults, field_name))
+        lines.append(f"| `{name}` | `{default}` | {info.doc} |")
+    lines += [
+        "",
+        "## Destination properties",
+        "",
+        "Each applies as `imq.autocreate.<queue|topic>.<property>` (the default for destinations",
+        "created on first use) and as `imq.destination.<queue|topic>.<NAME>.<property>` (creates",
+        "destination NAME at start-up with that value).",
+        "",
+        "| property | applies to | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    settings = DestinationSettings()
+    for name, (field_name, info) in DESTINATION_PROPERTIES.items():
+        kinds = ", ".join(k.value for k in DestinationKind if k in info.kinds)
+        default = format_default(getattr(settings, field_name))
+        lines.append(f"| `{name}` | {kinds} | `{default}` | {info.doc} |")
+    return "\n".join(lines) + "\n"
