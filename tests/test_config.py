@@ -9,6 +9,7 @@ import pytest
 from sluiceway.config import (
     BrokerConfig,
     DispatchPolicy,
+    LimitBehavior,
     build_config,
     load_config,
     render_reference,
@@ -54,6 +55,42 @@ def test_values_are_parsed_by_type() -> None:
     assert config.heartbeat_grace == 1.5
     assert config.autocreate_queue_settings.dispatch_policy is DispatchPolicy.FAIR
     assert config.autocreate_topic_settings.consumer_flow_limit == -1
+
+
+def test_shared_autocreate_property_sets_both_kinds() -> None:
+    config = build_config(
+        {
+            "imq.autocreate.destination.maxNumMsgs": "-1",
+            "imq.autocreate.destination.limitBehavior": "flow_control",
+        }
+    )
+    for settings in (config.autocreate_queue_settings, config.autocreate_topic_settings):
+        assert settings.max_num_msgs == -1
+        assert settings.limit_behavior is LimitBehavior.FLOW_CONTROL
+
+
+def test_auto_created_and_admin_created_defaults_differ_as_in_open_mq() -> None:
+    config = build_config({"imq.destination.queue.made.maxNumProducers": "5"})
+    auto = config.autocreate_queue_settings
+    (made,) = config.destinations
+    assert (auto.max_num_msgs, auto.max_total_msg_bytes, auto.max_bytes_per_msg) == (
+        100_000,
+        10 * 1024**3,
+        10 * 1024**2,
+    )
+    assert (made.settings.max_num_msgs, made.settings.max_bytes_per_msg) == (-1, -1)
+    assert made.settings.max_num_producers == 5
+    assert made.settings.limit_behavior is LimitBehavior.REJECT_NEWEST
+
+
+def test_the_dead_message_queue_cannot_be_defined_in_the_configuration() -> None:
+    with pytest.raises(ConfigError, match="belong to the broker"):
+        build_config({"imq.destination.queue.mq.sys.dmq.maxNumMsgs": "5"})
+
+
+def test_memory_levels_must_rise() -> None:
+    with pytest.raises(ConfigError, match=r"imq\.orange\.threshold"):
+        build_config({"imq.yellow.threshold": "95"})
 
 
 def test_per_destination_properties_create_destinations() -> None:

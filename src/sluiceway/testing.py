@@ -181,6 +181,7 @@ class BrokerProcess:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.lines: list[str] = []
+        self._reader: threading.Thread | None = None
         self.port = self._wait_ready(timeout)
 
     def _wait_ready(self, timeout: float) -> int:
@@ -193,22 +194,47 @@ class BrokerProcess:
             self.lines.append(line)
             match = _READY.search(line)
             if match:
+                # Keep reading what it logs, so a full pipe never blocks the broker.
+                self._reader = threading.Thread(target=self._read_log, daemon=True)
+                self._reader.start()
                 return int(match.group(2))
         self.kill()
         raise RuntimeError("the broker never logged its ready line:\n" + "".join(self.lines))
 
+    def _read_log(self) -> None:
+        stderr = self.process.stderr
+        assert stderr is not None
+        for line in stderr:
+            self.lines.append(line)
+
+    @property
+    def log(self) -> str:
+        """Everything it logged so far."""
+        return "".join(self.lines)
+
     def stop(self, timeout: float = 20.0) -> tuple[int, str]:
         """SIGTERM, then wait: (exit status, everything it logged)."""
         self.process.send_signal(signal.SIGTERM)
-        _, rest = self.process.communicate(timeout=timeout)
+        self.process.wait(timeout=timeout)
+        self._finish_reading()
         self._cleanup()
-        return self.process.returncode, "".join(self.lines) + rest
+        return self.process.returncode, self.log
+
+    def _finish_reading(self) -> None:
+        stderr = self.process.stderr
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        elif stderr is not None and not stderr.closed:
+            self.lines.append(stderr.read())
+        if stderr is not None and (self._reader is None or not self._reader.is_alive()):
+            stderr.close()
 
     def kill(self) -> None:
         """SIGKILL: the broker dies at once, as in a crash."""
         if self.process.poll() is None:
             self.process.kill()
-        self.process.communicate()
+        self.process.wait()
+        self._finish_reading()
         self._cleanup()
 
     def _cleanup(self) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 import pytest
 
 from sluiceway.config import BrokerConfig, build_config
 from sluiceway.core.broker import Broker
+from sluiceway.store.swap import SwapArea
 from sluiceway.testing import FakeClock
+from tests.core.swapping import SEGMENT_SIZE
 
 
 @pytest.fixture
@@ -29,3 +32,16 @@ def make_broker(clock: FakeClock) -> Callable[[Mapping[str, str]], Broker]:
 @pytest.fixture
 def broker(clock: FakeClock) -> Broker:
     return Broker(BrokerConfig(), clock=clock)
+
+
+@pytest.fixture
+def swap_dir(tmp_path: Path) -> Path:
+    return tmp_path / "swap"
+
+
+@pytest.fixture
+def swap(swap_dir: Path) -> Iterator[SwapArea]:
+    area = SwapArea(swap_dir, segment_size=SEGMENT_SIZE)
+    area.open()
+    yield area
+    area.close()

@@ -5,8 +5,10 @@ from __future__ import annotations
 from sluiceway.core.broker import Broker
 from sluiceway.core.connection import CoreConnection
 from sluiceway.core.flow import ConnectionFlow
+from sluiceway.core.holding import HeldSend
 from sluiceway.core.message import DEFAULT_PRIORITY
 from sluiceway.core.subscription import AckMode, Delivery, Subscription
+from sluiceway.errors import BrokerError
 from sluiceway.naming import parse_destination
 
 
@@ -14,7 +16,10 @@ class Client:
     """One core connection plus the bookkeeping a test needs."""
 
     def __init__(self, broker: Broker, flow: ConnectionFlow | None = None) -> None:
+        self.broker = broker
         self.ready_calls = 0
+        self.held: list[HeldSend] = []  # SENDs the broker held, in order
+        self.outcomes: list[tuple[str, BrokerError | None]] = []  # (message id, error) settled
         self.connection: CoreConnection = broker.open_connection(
             flow=flow or ConnectionFlow(), on_ready=self._on_ready
         )
@@ -51,8 +56,11 @@ class Client:
         expires: int = 0,
         transaction: str | None = None,
         persistent: bool = False,
+        report: bool | None = None,
     ) -> str:
-        message = self.connection.send(
+        """Send as a SEND frame would; a held SEND is recorded in `held`, and its outcome in
+        `outcomes` once the broker settles it."""
+        message, held = self.connection.send(
             parse_destination(path),
             body,
             (),
@@ -60,7 +68,12 @@ class Client:
             expires=expires,
             persistent=persistent,
             transaction=transaction,
+            report=report,
         )
+        if held is not None:
+            self.held.append(held)
+            held.on_done = lambda error: self.outcomes.append((message.id, error))
+        self.broker.settle()
         return message.id
 
     def take(self, limit: int = 1_000_000) -> list[Delivery]:
@@ -74,13 +87,18 @@ class Client:
             if len(taken) >= limit:
                 break
         self.received.extend(taken)
+        self.broker.settle()
         return taken
 
     def ack(self, delivery: Delivery, transaction: str | None = None) -> int:
-        return self.connection.ack(delivery.subscription, delivery.message.id, transaction)
+        count = self.connection.ack(delivery.subscription, delivery.message.id, transaction)
+        self.broker.settle()
+        return count
 
     def nack(self, delivery: Delivery, transaction: str | None = None) -> int:
-        return self.connection.nack(delivery.subscription, delivery.message.id, transaction)
+        count = self.connection.nack(delivery.subscription, delivery.message.id, transaction)
+        self.broker.settle()
+        return count
 
 
 def bodies(deliveries: list[Delivery]) -> list[bytes]:

@@ -228,7 +228,7 @@ def test_sweep_removes_expired_pending_messages(broker: Broker, clock: FakeClock
         producer.send("/queue/q", b"%d" % i, expires=clock.time_ms() + 1000 * (i + 1))
     clock.advance(2.5)
     assert broker.sweep_expired() == 2
-    queue = next(iter(broker.registry))
+    queue = broker.destination(parse_destination("/queue/q"))
     assert queue.pending_count == 3
     assert queue.stats.expired == 2
 
@@ -238,10 +238,12 @@ def test_tick_sweeps_on_the_configured_interval(broker: Broker, clock: FakeClock
     producer.send("/queue/q", expires=clock.time_ms() + 1000)
     clock.advance(30)
     broker.tick()
-    assert next(iter(broker.registry)).pending_count == 1  # swept only every 60 s
+    assert (
+        broker.destination(parse_destination("/queue/q")).pending_count == 1
+    )  # swept only every 60 s
     clock.advance(31)
     broker.tick()
-    assert next(iter(broker.registry)).pending_count == 0
+    assert broker.destination(parse_destination("/queue/q")).pending_count == 0
 
 
 def test_stalled_connection_gives_staged_messages_back(broker: Broker, clock: FakeClock) -> None:

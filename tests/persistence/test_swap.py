@@ -35,13 +35,23 @@ class RssSampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.wait(0.05):
-            self.peak = max(self.peak, rss(self.pid))
+            try:
+                self.peak = max(self.peak, rss(self.pid))
+            except FileNotFoundError:
+                return  # the process ended
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_backlog_larger_than_memory_is_swapped_and_delivered_in_order(tmp_path: Path) -> None:
-    with BrokerProcess("-D", "imq.swap.threshold=4m", data_dir=str(tmp_path)) as broker:
+    # The backlog is larger than the auto-created default of maxNumMsgs (100,000) and the
+    # server throttling threshold (as large, but this producer has no consumer to wait for).
+    options = (
+        *("-D", "imq.swap.threshold=4m"),
+        *("-D", "imq.autocreate.destination.maxNumMsgs=-1"),
+        *("-D", "imq.throttling.server.threshold=0"),
+    )
+    with BrokerProcess(*options, data_dir=str(tmp_path)) as broker:
         sampler = RssSampler(broker.process.pid)
         sampler.start()
         producer = RawClient(broker.port, timeout=30)

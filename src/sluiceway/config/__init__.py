@@ -21,6 +21,7 @@ from sluiceway.config.destination import (
     DestinationDefinition,
     DestinationSettings,
     DispatchPolicy,
+    LimitBehavior,
 )
 from sluiceway.config.loading import (
     AUTOCREATE_PROPERTIES,
@@ -28,6 +29,7 @@ from sluiceway.config.loading import (
     DESTINATION_PROPERTIES,
     autocreate_property_name,
     build_config,
+    change_settings,
     load_config,
     parse_override,
     render_reference,
@@ -55,9 +57,11 @@ __all__ = [
     "DestinationDefinition",
     "DestinationSettings",
     "DispatchPolicy",
+    "LimitBehavior",
     "PropertyInfo",
     "autocreate_property_name",
     "build_config",
+    "change_settings",
     "dest_prop",
     "enum_parser",
     "enum_text_parser",

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sluiceway.config.destination import DestinationDefinition, DestinationSettings
+from sluiceway.config.destination import (
+    DestinationDefinition,
+    DestinationSettings,
+    autocreated_settings,
+)
 from sluiceway.config.properties import (
     enum_text_parser,
     float_parser,
@@ -201,11 +205,133 @@ class BrokerConfig:
     )
     swap_threshold: int = prop(
         "imq.swap.threshold",
-        size_parser(),
-        64 * 1024 * 1024,
+        size_parser(allow_unlimited=True, minus_one="the YELLOW level"),
+        -1,
         "Bytes of queued messages (bodies plus a fixed per-message estimate) the broker keeps in "
         "memory; beyond it newly queued messages go to the swap area on disk and are read back "
-        "when consumers need them. 0: never swap.",
+        "when consumers need them. -1: the YELLOW level of imq.memory.budget; 0: never swap.",
+    )
+    system_max_count: int = prop(
+        "imq.system.max_count",
+        int_parser(minimum=-1),
+        -1,
+        "Most messages the broker holds in all destinations together (undelivered and "
+        "unacknowledged; a topic message counts once per subscription holding it); -1: no "
+        "limit. Beyond it every new message is refused with status 414, whatever the "
+        "destination's limitBehavior.",
+    )
+    system_max_size: int = prop(
+        "imq.system.max_size",
+        size_parser(allow_unlimited=True),
+        -1,
+        "Most bytes of message bodies the broker holds in all destinations together; -1: no "
+        "limit. Beyond it every new message is refused with status 414.",
+    )
+    throttling_server_threshold: int = prop(
+        "imq.throttling.server.threshold",
+        int_parser(minimum=0),
+        100_000,
+        "JMS IQ Manager throttling: a destination's producers are held while the broker holds "
+        "more than this many messages and the destination more than "
+        "imq.throttling.destination.threshold undelivered ones; 0: never throttle.",
+    )
+    throttling_destination_threshold: int = prop(
+        "imq.throttling.destination.threshold",
+        int_parser(minimum=0),
+        1000,
+        "Undelivered messages of one destination (for a topic: its slowest subscriber's backlog) "
+        "above which it is throttled while the broker is over its threshold; 0: never throttle.",
+    )
+    throttling_lag: int = prop(
+        "imq.throttling.lag",
+        int_parser(minimum=0),
+        100,
+        "A throttled destination is released when its undelivered messages fall below the "
+        "destination threshold minus this lag (or the broker falls below its threshold).",
+    )
+    memory_budget: int = prop(
+        "imq.memory.budget",
+        size_parser(),
+        256 * 1024 * 1024,
+        "Memory the broker may use for messages and buffers, as its own ledger counts them "
+        "(queued, being delivered, held, and bytes waiting to be written). The memory levels "
+        "are percentages of it.",
+    )
+    yellow_threshold: int = prop(
+        "imq.yellow.threshold",
+        int_parser(0, 100),
+        80,
+        "Percent of imq.memory.budget at which the level turns YELLOW: queued messages go to the "
+        "swap area.",
+    )
+    orange_threshold: int = prop(
+        "imq.orange.threshold", int_parser(0, 100), 90, "Percent of the budget for ORANGE."
+    )
+    red_threshold: int = prop(
+        "imq.red.threshold",
+        int_parser(0, 100),
+        98,
+        "Percent of the budget for RED: new producers are refused and producers are held until "
+        "memory is freed.",
+    )
+    green_count: int = prop(
+        "imq.green.count",
+        int_parser(minimum=0),
+        5000,
+        "Producer credit per connection at GREEN: messages a connection may send before the "
+        "broker checks its memory level again.",
+    )
+    yellow_count: int = prop(
+        "imq.yellow.count", int_parser(minimum=0), 500, "Producer credit per connection at YELLOW."
+    )
+    orange_count: int = prop(
+        "imq.orange.count", int_parser(minimum=0), 50, "Producer credit per connection at ORANGE."
+    )
+    red_count: int = prop(
+        "imq.red.count",
+        int_parser(minimum=0),
+        0,
+        "Producer credit per connection at RED (0: every producer is held).",
+    )
+    memory_hysteresis: int = prop(
+        "imq.memory.hysteresis",
+        size_parser(),
+        1024,
+        "Bytes below a level's threshold at which the broker already counts that level, so it "
+        "does not flap at the boundary.",
+    )
+    hold_timeout_ms: int = prop(
+        "imq.producer.hold.timeout",
+        int_parser(minimum=1),
+        60_000,
+        "Longest a SEND may be held (destination full under FLOW_CONTROL, throttled, paused, "
+        "memory RED), in ms; then it is refused with an ERROR (or a failed receipt) that says "
+        "why.",
+    )
+    hold_max_messages: int = prop(
+        "imq.producer.hold.max_messages",
+        int_parser(minimum=1),
+        1000,
+        "Most SENDs held for one connection; beyond it the broker stops reading that connection "
+        "until one is released (its acknowledgements then wait too, until the hold timeout).",
+    )
+    hold_max_bytes: int = prop(
+        "imq.producer.hold.max_bytes",
+        size_parser(),
+        16 * 1024 * 1024,
+        "Most bytes of message bodies held for one connection (as hold.max_messages).",
+    )
+    dmq_truncate_body: bool = prop(
+        "imq.destination.DMQ.truncateBody",
+        parse_bool,
+        False,
+        "Drop the body of messages sent to the dead message queue (keep the headers).",
+    )
+    log_dead_messages: bool = prop(
+        "imq.destination.logDeadMsgs",
+        parse_bool,
+        False,
+        "Log every message that becomes dead (expired, evicted, delivered too often).",
     )
     expiration_interval_s: int = prop(
         "imq.message.expiration.interval",
@@ -232,8 +358,12 @@ class BrokerConfig:
         "INFO",
         "Broker log level: DEBUG, INFO, WARNING or ERROR.",
     )
-    autocreate_queue_settings: DestinationSettings = field(default_factory=DestinationSettings)
-    autocreate_topic_settings: DestinationSettings = field(default_factory=DestinationSettings)
+    autocreate_queue_settings: DestinationSettings = field(
+        default_factory=lambda: autocreated_settings(DestinationKind.QUEUE)
+    )
+    autocreate_topic_settings: DestinationSettings = field(
+        default_factory=lambda: autocreated_settings(DestinationKind.TOPIC)
+    )
     destinations: tuple[DestinationDefinition, ...] = ()
 
     def autocreate_settings(self, kind: DestinationKind) -> DestinationSettings:

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from sluiceway.config.broker import BrokerConfig
-from sluiceway.config.destination import DestinationDefinition, DestinationSettings
+from sluiceway.config.destination import (
+    DestinationDefinition,
+    DestinationSettings,
+    autocreate_defaults,
+)
 from sluiceway.config.properties import PropertyInfo, format_default
 from sluiceway.errors import ConfigError
 from sluiceway.javaprops import load_properties
-from sluiceway.naming import DestinationKind, validate_name
+from sluiceway.naming import SYSTEM_PREFIX, DestinationKind, validate_name
 
 
 def _broker_properties() -> dict[str, tuple[str, PropertyInfo]]:
@@ -46,12 +51,16 @@ def autocreate_property_name(kind: DestinationKind, info: PropertyInfo) -> str:
     return f"imq.autocreate.{scope}.{info.name}"
 
 
-def _autocreate_properties() -> dict[str, tuple[DestinationKind, str, PropertyInfo]]:
-    table: dict[str, tuple[DestinationKind, str, PropertyInfo]] = {}
+def _autocreate_properties() -> dict[str, tuple[tuple[DestinationKind, ...], str, PropertyInfo]]:
+    """`imq.autocreate.*` name -> (the kinds it sets the default for, field name, declaration);
+    a shared name (`imq.autocreate.destination.*`) sets it for both kinds."""
+    table: dict[str, tuple[tuple[DestinationKind, ...], str, PropertyInfo]] = {}
     for field_name, info in DESTINATION_PROPERTIES.values():
         for kind in DestinationKind:
             if kind in info.kinds:
-                table[autocreate_property_name(kind, info)] = (kind, field_name, info)
+                name = autocreate_property_name(kind, info)
+                kinds = table[name][0] if name in table else ()
+                table[name] = ((*kinds, kind), field_name, info)
     return table
 
 
@@ -85,15 +94,19 @@ def build_config(values: Mapping[str, str]) -> BrokerConfig:
     Raises ConfigError naming the first unknown property or bad value.
     """
     broker: dict[str, Any] = {}
-    autocreate: dict[DestinationKind, dict[str, Any]] = {k: {} for k in DestinationKind}
+    autocreate: dict[DestinationKind, dict[str, Any]] = {
+        kind: autocreate_defaults(kind) for kind in DestinationKind
+    }
     per_destination: dict[tuple[DestinationKind, str], dict[str, Any]] = {}
     for name, text in values.items():
         if name in BROKER_PROPERTIES:
             field_name, info = BROKER_PROPERTIES[name]
             broker[field_name] = _parse_value(name, info, text)
         elif name in AUTOCREATE_PROPERTIES:
-            kind, field_name, info = AUTOCREATE_PROPERTIES[name]
-            autocreate[kind][field_name] = _parse_value(name, info, text)
+            kinds, field_name, info = AUTOCREATE_PROPERTIES[name]
+            value = _parse_value(name, info, text)
+            for kind in kinds:
+                autocreate[kind][field_name] = value
         elif (match := _DESTINATION_LINE.match(name)) is not None:
             kind = DestinationKind(match.group(1))
             field_name, info = _destination_property(name, kind, match.group(3))
@@ -106,9 +119,9 @@ def build_config(values: Mapping[str, str]) -> BrokerConfig:
         broker["write_low_water"] = min(default_low, broker["write_high_water"] // 4)
     queue_defaults = DestinationSettings(**autocreate[DestinationKind.QUEUE])
     topic_defaults = DestinationSettings(**autocreate[DestinationKind.TOPIC])
-    defaults = {DestinationKind.QUEUE: queue_defaults, DestinationKind.TOPIC: topic_defaults}
+    # Destinations defined in the configuration are admin-created: Open MQ's admin defaults.
     definitions = tuple(
-        DestinationDefinition(kind, dest, dataclasses.replace(defaults[kind], **fields))
+        DestinationDefinition(kind, dest, DestinationSettings(**fields))
         for (kind, dest), fields in sorted(per_destination.items(), key=lambda i: i[0][1])
     )
     config = BrokerConfig(
@@ -140,7 +153,26 @@ def _destination_name(property_name: str, name: str) -> str:
         validate_name(name)
     except ValueError as exc:
         raise ConfigError(property_name, f"property {property_name}: {exc}") from None
+    if name.startswith(SYSTEM_PREFIX):
+        raise ConfigError(
+            property_name,
+            f"property {property_name}: names beginning with {SYSTEM_PREFIX!r} belong to the "
+            "broker; the dead message queue keeps Open MQ's settings and is changed at run time "
+            "through the admin API",
+        )
     return name
+
+
+def change_settings(
+    kind: DestinationKind, settings: DestinationSettings, changes: Mapping[str, str]
+) -> DestinationSettings:
+    """`settings` with `changes` (Open MQ property names, text values) applied, as an
+    administrator changes a destination at run time. Raises ConfigError naming a bad one."""
+    fields: dict[str, Any] = {}
+    for prop_name, text in changes.items():
+        field_name, info = _destination_property(prop_name, kind, prop_name)
+        fields[field_name] = _parse_value(prop_name, info, text)
+    return dataclasses.replace(settings, **fields)
 
 
 def _check_consistency(config: BrokerConfig) -> None:
@@ -150,6 +182,18 @@ def _check_consistency(config: BrokerConfig) -> None:
             f"imq.stomp.write.low_water ({config.write_low_water}) must not exceed "
             f"imq.stomp.write.high_water ({config.write_high_water})",
         )
+    levels = (
+        ("imq.yellow.threshold", config.yellow_threshold),
+        ("imq.orange.threshold", config.orange_threshold),
+        ("imq.red.threshold", config.red_threshold),
+    )
+    for (low_name, low), (high_name, high) in itertools.pairwise(levels):
+        if low > high:
+            raise ConfigError(
+                high_name,
+                f"{high_name} ({high}) must not be below {low_name} ({low}): the memory levels "
+                "rise from YELLOW to ORANGE to RED",
+            )
 
 
 def parse_override(text: str) -> tuple[str, str]:
@@ -197,16 +241,29 @@ def render_reference() -> str:
         "",
         "## Destination properties",
         "",
-        "Each applies as `imq.autocreate.<queue|topic>.<property>` (the default for destinations",
-        "created on first use) and as `imq.destination.<queue|topic>.<NAME>.<property>` (creates",
-        "destination NAME at start-up with that value).",
+        "Each applies as `imq.destination.<queue|topic>.<NAME>.<property>` (creates destination",
+        "NAME at start-up with that value; other properties take the admin-created default) and",
+        "as the default for destinations created on first use:",
+        "`imq.autocreate.destination.<property>` for properties both kinds share,",
+        "`imq.autocreate.<queue|topic>.<property>` for the others.",
         "",
-        "| property | applies to | default | meaning |",
-        "|---|---|---|---|",
+        "| property | applies to | admin-created default | auto-created default | meaning |",
+        "|---|---|---|---|---|",
     ]
     settings = DestinationSettings()
     for name, (field_name, info) in DESTINATION_PROPERTIES.items():
         kinds = ", ".join(k.value for k in DestinationKind if k in info.kinds)
         default = format_default(getattr(settings, field_name))
-        lines.append(f"| `{name}` | {kinds} | `{default}` | {info.doc} |")
+        auto = format_default(info.autocreate_default) if info.has_autocreate_default else default
+        scope = (
+            "destination"
+            if info.shared_autocreate
+            else "queue"
+            if info.kinds == {DestinationKind.QUEUE}
+            else "<queue/topic>"
+        )
+        lines.append(
+            f"| `{name}` | {kinds} | `{default}` | `{auto}` (`imq.autocreate.{scope}.{name}`) "
+            f"| {info.doc} |"
+        )
     return "\n".join(lines) + "\n"

@@ -63,13 +63,15 @@ _SIZE_UNITS: Final = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _SIZE_RE: Final = re.compile(r"^\s*(-?\d+)\s*([bkmgBKMG]?)\s*$")
 
 
-def size_parser(*, allow_unlimited: bool = False) -> Callable[[str], int]:
+def size_parser(
+    *, allow_unlimited: bool = False, minus_one: str = "unlimited"
+) -> Callable[[str], int]:
     """Open MQ's size syntax: a number of bytes, or a number with `b`, `k`, `m` or `g` suffix."""
 
     def parse(text: str) -> int:
         accepted = "a size in bytes such as 2048, 512k, 10m or 1g"
         if allow_unlimited:
-            accepted += " (-1 for unlimited)"
+            accepted += f" (-1 for {minus_one})"
         match = _SIZE_RE.match(text)
         if match is None:
             raise ValueError(accepted)
@@ -150,6 +152,13 @@ def format_default(value: object) -> str:
 # --------------------------------------------------------------------------- declarations
 
 
+class _Same:
+    """Marks a destination property whose auto-create default is its ordinary default."""
+
+
+_SAME: Final = _Same()
+
+
 @dataclass(frozen=True, slots=True)
 class PropertyInfo:
     """How one configuration property is named, parsed and documented."""
@@ -161,6 +170,9 @@ class PropertyInfo:
     # auto-create default is shared by both kinds (imq.autocreate.destination.*) or per kind.
     kinds: frozenset[DestinationKind] = frozenset()
     shared_autocreate: bool = False
+    # The default of destinations created on first use, where it differs from admin-created ones.
+    autocreate_default: Any = None
+    has_autocreate_default: bool = False
 
 
 def prop(name: str, parse: Callable[[str], Any], default: Any, doc: str) -> Any:
@@ -176,7 +188,16 @@ def dest_prop(
     *,
     kinds: Iterable[DestinationKind] = tuple(DestinationKind),
     shared_autocreate: bool = False,
+    autocreate_default: Any = _SAME,
 ) -> Any:
     """A dataclass field that is set by physical destination property `name`."""
-    info = PropertyInfo(name, parse, doc, frozenset(kinds), shared_autocreate)
+    info = PropertyInfo(
+        name,
+        parse,
+        doc,
+        frozenset(kinds),
+        shared_autocreate,
+        None if autocreate_default is _SAME else autocreate_default,
+        autocreate_default is not _SAME,
+    )
     return field(default=default, metadata={"property": info})

@@ -7,30 +7,48 @@ stalled connections hold) and is called by the server on a timer, or by a test a
 
 from __future__ import annotations
 
+import enum
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from sluiceway.config import BrokerConfig
+from sluiceway.config import BrokerConfig, DestinationSettings, LimitBehavior, change_settings
 from sluiceway.core.clock import Clock, SystemClock
 from sluiceway.core.connection import CoreConnection
 from sluiceway.core.context import Context
-from sluiceway.core.destination import Queue, Topic
+from sluiceway.core.destination import Destination, Queue, Topic
+from sluiceway.core.dmq import DMQ_NAME, DMQ_SETTINGS
 from sluiceway.core.durable import DurableState
 from sluiceway.core.flow import ConnectionFlow
-from sluiceway.core.memory import MemoryLedger
+from sluiceway.core.memory import MemoryLedger, MemoryLevel, level_policy, swap_point
 from sluiceway.core.message import Message
 from sluiceway.core.pending import Spill
 from sluiceway.core.persistence import JournalStore, Recovery
+from sluiceway.core.producers import ProducerControl
 from sluiceway.core.records import DurableRecord
 from sluiceway.core.registry import DestinationRegistry
 from sluiceway.core.selector import compile_selector
 from sluiceway.core.store import MemoryStore, MessageStore
 from sluiceway.core.subscription import MessageFilter
-from sluiceway.errors import Conflict, NotFound
+from sluiceway.errors import (
+    BadRequest,
+    ConfigError,
+    Conflict,
+    Forbidden,
+    NotFound,
+    ResourceFull,
+)
 from sluiceway.naming import DestinationKind, DestinationName
 
 log = logging.getLogger(__name__)
+
+
+class PauseTarget(enum.Enum):
+    """What `pause dst -pst` pauses."""
+
+    PRODUCERS = "PRODUCERS"
+    CONSUMERS = "CONSUMERS"
+    ALL = "ALL"
 
 
 class Broker:
@@ -47,11 +65,14 @@ class Broker:
         self.config = config
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.store: MessageStore = store if store is not None else MemoryStore()
+        policy = level_policy(config)
         # Without a swap area there is nowhere to spill to, so no threshold applies.
-        threshold = config.swap_threshold if spill is not None else 0
-        self.ledger = MemoryLedger(threshold)
+        threshold = swap_point(config, policy) if spill is not None else 0
+        self.ledger = MemoryLedger(threshold, policy)
         self.context = Context(self.clock, self.store, self.ledger, spill)
         self.registry = DestinationRegistry(config, self.context)
+        self.registry.create(DMQ_NAME, DMQ_SETTINGS)
+        self.producers = ProducerControl(self)
         # Durable subscriptions by (client id, name), and the topic that keeps each.
         self.durables: dict[tuple[str, str], Topic] = {}
         self._next_durable_id = 0
@@ -161,7 +182,8 @@ class Broker:
         self.connections.pop(connection.number, None)
 
     def tick(self) -> None:
-        """Periodic work: reclaim messages held by stalled connections, sweep expired messages."""
+        """Periodic work: reclaim messages held by stalled connections, sweep expired messages,
+        measure memory, review throttling, refuse SENDs held past their deadline."""
         now = self.clock.monotonic()
         reclaim_after = self.config.stalled_reclaim_ms / 1000
         if reclaim_after > 0:
@@ -183,6 +205,130 @@ class Broker:
         for topic in set(self.durables.values()):
             topic.trim()
         self.store.maintain()
+        self.ledger.check()
+        self.producers.expire(now)
+        self.producers.review()
+        self.producers.settle()
+
+    def settle(self) -> None:
+        """Let held SENDs go where there is room now. The I/O layer calls this after handling
+        input and after writing, outside any one connection's frame handling."""
+        self.producers.settle()
+
+    # -- administration (the core API the admin tools use) --------------------------------------
+
+    def destination(self, name: DestinationName) -> Destination:
+        destination = self.registry.get(name)
+        if destination is None:
+            raise NotFound("no such destination", f"destination {name} does not exist")
+        return destination
+
+    def create_destination(
+        self, name: DestinationName, properties: Mapping[str, str] | None = None
+    ) -> Destination:
+        """Create destination `name` with Open MQ's admin defaults and `properties`."""
+        if self.registry.get(name) is not None:
+            raise Conflict("destination exists", f"destination {name} already exists")
+        if name.is_system:
+            raise Forbidden(
+                "reserved destination name",
+                f"destination {name} cannot be created: names beginning with 'mq.' are reserved "
+                "for the broker",
+            )
+        if self.ledger.check() is MemoryLevel.RED:
+            raise ResourceFull(
+                "memory low",
+                f"destination {name} cannot be created while the broker's memory level is RED",
+                limit="imq.memory.budget",
+                limit_value=str(self.ledger.policy.budget),
+            )
+        settings = _changed(name, DestinationSettings(), properties or {})
+        log.info("destination %s created", name)
+        return self.registry.create(name, settings)
+
+    def update_destination(
+        self, name: DestinationName, properties: Mapping[str, str]
+    ) -> DestinationSettings:
+        """Change destination properties (Open MQ names, e.g. {"maxNumMsgs": "5000"}) at run
+        time; new limits apply to the next message, a new consumerFlowLimit to new consumers."""
+        destination = self.destination(name)
+        settings = _changed(name, destination.settings, properties)
+        if destination.is_dmq and settings.limit_behavior is LimitBehavior.FLOW_CONTROL:
+            raise Forbidden(
+                "FLOW_CONTROL refused for the dead message queue",
+                f"{name} cannot use limitBehavior FLOW_CONTROL: making a message dead must "
+                "never wait; use REMOVE_OLDEST, REMOVE_LOW_PRIORITY or REJECT_NEWEST",
+            )
+        destination.settings = settings
+        if isinstance(destination, Queue):
+            destination.promote_backups()
+        log.info("destination %s updated: %s", name, dict(properties))
+        self.producers.changed()
+        self.producers.settle()
+        return settings
+
+    def destroy_destination(self, name: DestinationName) -> None:
+        """Destroy a destination and the messages it holds (not one with consumers attached)."""
+        destination = self.destination(name)
+        if destination.is_dmq:
+            raise Forbidden("cannot destroy the dead message queue", f"{name} cannot be destroyed")
+        durables = [key for key, topic in self.durables.items() if topic is destination]
+        if destination.subscription_count or durables:
+            raise Conflict(
+                "destination in use",
+                f"{name} has {destination.subscription_count} consumers and {len(durables)} "
+                "durable subscriptions; close and remove them first",
+            )
+        self.producers.fail_held(
+            destination,
+            NotFound(
+                "destination destroyed",
+                f"{name} was destroyed by an administrator while this SEND waited",
+                destination=name.path,
+            ),
+        )
+        destination.purge()
+        for connection in self.connections.values():
+            connection.produced_to.discard(destination)
+        self.registry.remove(name)
+        log.info("destination %s destroyed", name)
+
+    def pause(self, name: DestinationName, target: PauseTarget = PauseTarget.ALL) -> None:
+        """Pause a destination's producers (their SENDs are held), consumers (nothing is
+        delivered), or both, until `resume`."""
+        destination = self._pausable(name)
+        if target is not PauseTarget.CONSUMERS:
+            destination.paused_producers = True
+        if target is not PauseTarget.PRODUCERS:
+            destination.paused_consumers = True
+        log.info("destination %s paused (%s)", name, target.value)
+
+    def resume(self, name: DestinationName, target: PauseTarget = PauseTarget.ALL) -> None:
+        destination = self._pausable(name)
+        if target is not PauseTarget.CONSUMERS:
+            destination.paused_producers = False
+        if target is not PauseTarget.PRODUCERS and destination.paused_consumers:
+            destination.paused_consumers = False
+            destination.resume_consumers()
+        log.info("destination %s resumed (%s)", name, target.value)
+        self.producers.changed()
+        self.producers.settle()
+
+    def _pausable(self, name: DestinationName) -> Destination:
+        destination = self.destination(name)
+        if destination.is_dmq:
+            raise Forbidden(
+                "cannot pause the dead message queue",
+                f"{name} cannot be paused: dead messages must always have somewhere to go",
+            )
+        return destination
+
+    def purge(self, name: DestinationName) -> int:
+        """Remove every message of `name` waiting for a consumer; return how many."""
+        count = self.destination(name).purge()
+        log.info("destination %s purged: %d messages removed", name, count)
+        self.producers.settle()
+        return count
 
     def compact(self) -> tuple[int, int]:
         """Reclaim now the disk held by dead journal records (`compact dst`): topics drop what
@@ -201,6 +347,15 @@ class Broker:
         """Close every connection (the store is closed by whoever opened it)."""
         for connection in list(self.connections.values()):
             connection.close()
+
+
+def _changed(
+    name: DestinationName, settings: DestinationSettings, properties: Mapping[str, str]
+) -> DestinationSettings:
+    try:
+        return change_settings(name.kind, settings, properties)
+    except ConfigError as exc:
+        raise BadRequest("bad destination property", str(exc)) from None
 
 
 def _selector(text: str) -> MessageFilter | None:

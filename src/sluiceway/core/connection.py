@@ -8,13 +8,16 @@ more, writing at most `imqConnectionFlowCount` payload frames before its control
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sluiceway.core.destination import Destination, Queue, Topic
 from sluiceway.core.durable import DurableState, DurableSubscription
 from sluiceway.core.flow import ConnectionFlow, ConsumerFlow
+from sluiceway.core.holding import HeldQueue, HeldSend
+from sluiceway.core.limits import check_size
 from sluiceway.core.message import Message
 from sluiceway.core.subscription import (
     AckMode,
@@ -27,11 +30,20 @@ from sluiceway.core.subscription import (
     TopicSubscription,
 )
 from sluiceway.core.transaction import Transaction
-from sluiceway.errors import BadRequest, Conflict, EntityTooLarge, ResourceFull
+from sluiceway.errors import BadRequest, BrokerError, Conflict, ResourceFull
 from sluiceway.naming import DestinationName
 
 if TYPE_CHECKING:
     from sluiceway.core.broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+class Sent(NamedTuple):
+    """What became of a SEND: the message, and its HeldSend while it waits (else None)."""
+
+    message: Message
+    held: HeldSend | None
 
 
 class CoreConnection:
@@ -55,6 +67,12 @@ class CoreConnection:
         self.writable = True
         self.unwritable_since: float | None = None
         self.closed = False
+        # Producing: SENDs held until their destination can take them (core.holding), the
+        # destinations this connection is a producer of, and its memory-level credit.
+        self.held = HeldQueue()
+        self.produced_to: set[Destination] = set()
+        self.credit = 0  # SENDs before the broker measures its memory level again
+        self.credit_bytes = 0
 
     # -- flow ----------------------------------------------------------------------------------
 
@@ -194,11 +212,11 @@ class CoreConnection:
             flow=flow,
             selector=selector,
         )
+        if isinstance(subscription, QueueSubscription):
+            subscription.queue.attach(subscription)  # may refuse (409): nothing registered yet
         self.subscriptions[sub_id] = subscription
         self._by_number[subscription.number] = subscription
-        if isinstance(subscription, QueueSubscription):
-            subscription.queue.attach(subscription)
-        elif isinstance(subscription, TopicSubscription):
+        if isinstance(subscription, TopicSubscription):
             subscription.topic.attach(subscription)
         elif isinstance(subscription, DurableSubscription):
             assert state is not None
@@ -284,21 +302,21 @@ class CoreConnection:
         expires: int,
         persistent: bool,
         transaction: str | None = None,
-    ) -> Message:
-        """Accept a message for `name` (published now, or at COMMIT of `transaction`)."""
-        max_size = self.broker.config.message_max_size
-        if 0 <= max_size < len(body):
-            raise EntityTooLarge(
-                "message too large",
-                f"a message of {len(body)} bytes for {name} exceeds imq.message.max_size "
-                f"({max_size} bytes); send smaller messages or raise the limit",
-                destination=name.path,
-                limit="imq.message.max_size",
-                limit_value=str(max_size),
-            )
-        destination = self.broker.registry.resolve(name)
+        report: bool | None = None,
+    ) -> Sent:
+        """Accept a message for `name`: published now, held until its destination can take it
+        (the HeldSend is returned), or published at COMMIT of `transaction`.
+
+        `report` (default: `persistent`) says whether the producer hears of a refusal: the
+        SEND asked for a receipt, or is persistent. Without it a refused message is dropped and
+        counted (`dropped` in the destination's statistics), as Open MQ does.
+        """
+        if report is None:
+            report = persistent
+        broker = self.broker
+        destination = broker.registry.resolve(name)
         message = Message(
-            id=self.broker.new_message_id(),
+            id=broker.new_message_id(),
             destination=destination.name,
             body=body,
             headers=headers,
@@ -307,12 +325,19 @@ class CoreConnection:
             persistent=persistent,
             timestamp=self.clock.time_ms(),
         )
-        if transaction is None:
-            destination.publish(message)
-        else:
-            limit = self.broker.config.tx_producer_max_msgs
-            self._transaction(transaction).add_send(destination, message, limit)
-        return message
+        try:
+            check_size(name.path, len(body), broker.config, destination.settings.max_bytes_per_msg)
+        except BrokerError:
+            if report or transaction is not None:
+                raise
+            destination.stats.dropped += 1
+            return Sent(message, None)
+        if transaction is not None:
+            tx = self._transaction(transaction)
+            broker.producers.register(self, destination)
+            tx.add_send(destination, message, broker.config.tx_producer_max_msgs)
+            return Sent(message, None)
+        return Sent(message, broker.producers.produce(self, destination, message, report=report))
 
     # -- acknowledging -------------------------------------------------------------------------
 
@@ -385,8 +410,26 @@ class CoreConnection:
         self._transactions[tx_id] = Transaction(tx_id)
 
     def commit(self, tx_id: str) -> None:
-        self._transaction(tx_id)
-        self._transactions.pop(tx_id).commit(self.broker.store)
+        """Publish the transaction's messages and consume what it acknowledged, all at once.
+
+        If a system limit or a REJECT_NEWEST destination refuses any of its messages, none is
+        published: the transaction is rolled back and the refusal raised.
+        """
+        tx = self._transaction(tx_id)
+        producers = self.broker.producers
+        try:
+            producers.check_commit(tx.sends)
+        except BrokerError as exc:
+            self._transactions.pop(tx_id).abort()
+            raise type(exc)(
+                "transaction rolled back",
+                f"COMMIT of transaction {tx_id!r} was refused and the transaction rolled back "
+                f"(its messages were not sent, its acknowledgements undone): {exc}",
+                destination=exc.destination,
+                limit=exc.limit,
+                limit_value=exc.limit_value,
+            ) from None
+        self._transactions.pop(tx_id).commit(self.broker.store, producers.publish_committed)
 
     def abort(self, tx_id: str) -> None:
         self._transaction(tx_id)
@@ -412,17 +455,29 @@ class CoreConnection:
                 count += subscription.reclaim_staged()
         return count
 
-    def close(self) -> None:
-        """The client left: open transactions are aborted, unconsumed messages returned."""
-        if self.closed:
-            return
-        self.closed = True
+    def stop_consuming(self) -> None:
+        """Abort open transactions and end every subscription (unconsumed messages go back);
+        held SENDs stay (a DISCONNECT waits for them)."""
         for tx in list(self._transactions.values()):
             tx.abort()
         self._transactions.clear()
         for subscription in list(self.subscriptions.values()):
             del self.subscriptions[subscription.id]
             self._drop(subscription)
+
+    def close(self) -> None:
+        """The client left: open transactions are aborted, unconsumed messages returned."""
+        if self.closed:
+            return
+        self.closed = True
+        self.stop_consuming()
+        dropped = self.broker.producers.forget(self)
+        if dropped:
+            log.info(
+                "connection %d closed with %d SENDs held; they were not accepted",
+                self.number,
+                dropped,
+            )
         self.broker.connection_closed(self)
 
 

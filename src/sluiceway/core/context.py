@@ -1,13 +1,30 @@
-"""What every destination needs from the broker: time, the store, memory accounting, swap."""
+"""What every destination needs from the broker: time, the store, memory and message accounting,
+swap, and the broker's own reactions (dead messages, freed room)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sluiceway.core.clock import Clock, SystemClock
-from sluiceway.core.memory import MemoryLedger
+from sluiceway.core.memory import MemoryLedger, SystemCounts
+from sluiceway.core.message import Message
 from sluiceway.core.pending import PendingList, Spill
 from sluiceway.core.store import MemoryStore, MessageStore
+
+if TYPE_CHECKING:
+    from sluiceway.core.destination import Destination
+
+
+class Hooks:
+    """What destinations ask the broker to do; the broker sets these when it starts."""
+
+    def __init__(self) -> None:
+        # A message became dead (expired, evicted, delivered too often): reason, comment.
+        self.dead: Callable[[Destination, Message, str, str], None] = lambda d, m, r, c: None
+        # A destination may have room again: held producers may go on.
+        self.room: Callable[[Destination], None] = lambda d: None
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +33,8 @@ class Context:
     store: MessageStore = field(default_factory=MemoryStore)
     ledger: MemoryLedger = field(default_factory=MemoryLedger)
     spill: Spill | None = None  # None: pending messages always stay in memory
+    system: SystemCounts = field(default_factory=SystemCounts)
+    hooks: Hooks = field(default_factory=Hooks)
 
     def pending_list(self) -> PendingList:
         return PendingList(self.ledger, self.spill)

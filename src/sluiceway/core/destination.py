@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Final
 from sluiceway.config import DestinationSettings
 from sluiceway.core import dispatch
 from sluiceway.core.context import Context
+from sluiceway.core.limits import Fullness
 from sluiceway.core.message import Message
 from sluiceway.core.seqlog import SeqLog
+from sluiceway.errors import Conflict
 from sluiceway.naming import DestinationName
 
 # Sequence numbers are reserved in the store this many at a time, so a restarted broker never
@@ -33,7 +35,9 @@ class DestinationStats:
         "bytes_in",
         "bytes_out",
         "consumed",
+        "dead",
         "discarded",
+        "dropped",
         "expired",
         "msgs_in",
         "msgs_out",
@@ -49,6 +53,8 @@ class DestinationStats:
         self.redelivered = 0  # given back after delivery (NACK, abort, disconnect)
         self.expired = 0  # removed unconsumed because their `expires` time passed
         self.discarded = 0  # sent to a topic that had no subscriber
+        self.dead = 0  # expired, evicted or delivered too often (to the DMQ with useDMQ)
+        self.dropped = 0  # refused without telling the producer (non-persistent, no receipt)
 
     def received(self, message: Message) -> None:
         self.msgs_in += 1
@@ -60,9 +66,25 @@ class DestinationStats:
 
 
 class Destination:
-    """What queues and topics share: identity, settings, sequence numbers, counters."""
+    """What queues and topics share: identity, settings, sequence numbers, counters, producers,
+    pause state."""
 
-    __slots__ = ("_reserved", "_seq", "clock", "context", "name", "settings", "stats", "store")
+    __slots__ = (
+        "_reserved",
+        "_seq",
+        "clock",
+        "context",
+        "held_bytes",
+        "held_count",
+        "name",
+        "paused_consumers",
+        "paused_producers",
+        "producers",
+        "settings",
+        "stats",
+        "store",
+        "throttled",
+    )
 
     def __init__(
         self, name: DestinationName, settings: DestinationSettings, context: Context
@@ -75,6 +97,16 @@ class Destination:
         self.stats = DestinationStats()
         self._seq = 0  # the last sequence number handed out
         self._reserved = 0  # handed out up to here without a new reservation
+        self.held_count = 0  # messages held and not consumed (a queue's; see fullness())
+        self.held_bytes = 0
+        self.producers: set[int] = set()  # connection numbers that sent to it
+        self.paused_producers = False  # pause dst -pst PRODUCERS
+        self.paused_consumers = False  # pause dst -pst CONSUMERS
+        self.throttled = False  # JMS IQ Manager throttling (core.throttle)
+
+    @property
+    def is_dmq(self) -> bool:
+        return self.name.is_system
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -97,6 +129,50 @@ class Destination:
         self._seq = max(self._seq, reserved)
         self._reserved = max(self._reserved, reserved)
 
+    # -- producers ---------------------------------------------------------------------------
+
+    def add_producer(self, connection: int) -> None:
+        """Connection `connection` sends to this destination (maxNumProducers)."""
+        if connection in self.producers:
+            return
+        limit = self.settings.max_num_producers
+        if 0 <= limit <= len(self.producers):
+            raise Conflict(
+                "too many producers",
+                f"{self.name} already has {len(self.producers)} producers, its maxNumProducers "
+                f"limit; a connection stops being a producer when it closes",
+                destination=self.name.path,
+                limit="maxNumProducers",
+                limit_value=str(limit),
+            )
+        self.producers.add(connection)
+
+    def remove_producer(self, connection: int) -> None:
+        self.producers.discard(connection)
+
+    # -- accounting ----------------------------------------------------------------------------
+
+    def _took(self, message: Message) -> None:
+        """One more message held (a queue's, or one topic subscription's or log's copy)."""
+        self.context.system.add(len(message.body))
+
+    def _let_go(self, message: Message) -> None:
+        """A held message left: room for producers held by the limits."""
+        self.context.system.remove(len(message.body))
+        self.context.hooks.room(self)
+
+    def fullness(self) -> Fullness:
+        """Messages and bytes measured against maxNumMsgs / maxTotalMsgBytes."""
+        raise NotImplementedError
+
+    def undelivered(self) -> int:
+        """Messages not yet delivered (for a topic: its slowest subscriber's backlog)."""
+        raise NotImplementedError
+
+    def evict_one(self, *, lowest_priority: bool) -> bool:
+        """REMOVE_OLDEST / REMOVE_LOW_PRIORITY: give up one waiting message; False if none."""
+        raise NotImplementedError
+
     @property
     def subscription_count(self) -> int:
         raise NotImplementedError
@@ -109,8 +185,16 @@ class Destination:
     def publish(self, message: Message) -> None:
         raise NotImplementedError
 
+    def purge(self) -> int:
+        """Remove every message waiting for a consumer; return how many (`purge dst`)."""
+        raise NotImplementedError
+
     def reap_expired(self, now_ms: int) -> int:
         """Remove expired pending messages; return how many."""
+        raise NotImplementedError
+
+    def resume_consumers(self) -> None:
+        """Consumers were paused and are resumed: deliver what waits."""
         raise NotImplementedError
 
     def consumed(self, message: Message) -> None:
@@ -119,27 +203,45 @@ class Destination:
     def expired(self, message: Message) -> None:
         self.stats.expired += 1
 
+    def dead(self, message: Message, reason: str, comment: str) -> None:
+        """The message will never be delivered: to the dead message queue when useDMQ."""
+        self.stats.dead += 1
+        if self.settings.use_dmq and not self.is_dmq:
+            self.context.hooks.dead(self, message, reason, comment)
+
 
 class Queue(Destination):
-    """Point to point: each message to exactly one consumer."""
+    """Point to point: each message to exactly one consumer.
 
-    __slots__ = ("_selective", "consumers", "pending", "rotation")
+    Consumers beyond maxNumActiveConsumers are backups: they receive nothing until an active
+    consumer leaves (the oldest backup is promoted); beyond maxNumBackupConsumers a SUBSCRIBE is
+    refused with status 409.
+    """
+
+    __slots__ = ("_selective", "backups", "consumers", "pending", "rotation")
 
     def __init__(
         self, name: DestinationName, settings: DestinationSettings, context: Context
     ) -> None:
         super().__init__(name, settings, context)
         self.pending = context.pending_list()
-        self.consumers: list[QueueSubscription] = []
+        self.consumers: list[QueueSubscription] = []  # the active ones
+        self.backups: list[QueueSubscription] = []
         self.rotation = 0  # where the fair policy starts looking, so ties rotate
         self._selective = 0  # consumers with a selector
 
     @property
     def subscription_count(self) -> int:
-        return len(self.consumers)
+        return len(self.consumers) + len(self.backups)
 
     @property
     def pending_count(self) -> int:
+        return len(self.pending)
+
+    def fullness(self) -> Fullness:
+        return Fullness(self.held_count, self.held_bytes)
+
+    def undelivered(self) -> int:
         return len(self.pending)
 
     def publish(self, message: Message) -> None:
@@ -148,8 +250,25 @@ class Queue(Destination):
         if message.persistent:
             self.store.added(message)
         self.pending.append(message)
+        self._took(message)
         if self.consumers:
             self.dispatch()
+
+    def _took(self, message: Message) -> None:
+        super()._took(message)
+        self.held_count += 1
+        self.held_bytes += len(message.body)
+
+    def _let_go(self, message: Message) -> None:
+        self.held_count -= 1
+        self.held_bytes -= len(message.body)
+        super()._let_go(message)
+
+    def finished(self, message: Message) -> None:
+        """The message leaves the queue for good (consumed, dead, purged)."""
+        if message.persistent:
+            self.store.removed(message)
+        self._let_go(message)
 
     @property
     def selective(self) -> bool:
@@ -157,23 +276,66 @@ class Queue(Destination):
         return self._selective > 0
 
     def attach(self, consumer: QueueSubscription) -> None:
-        self.consumers.append(consumer)
-        if consumer.selector is not None:
-            self._selective += 1
+        settings = self.settings
+        if not 0 <= settings.max_num_active_consumers <= len(self.consumers):
+            self.consumers.append(consumer)
+            if consumer.selector is not None:
+                self._selective += 1
+        elif not 0 <= settings.max_num_backup_consumers <= len(self.backups):
+            consumer.backup = True
+            self.backups.append(consumer)
+        else:
+            raise Conflict(
+                "too many consumers",
+                f"{self.name} has {len(self.consumers)} active consumers (maxNumActiveConsumers "
+                f"{settings.max_num_active_consumers}) and {len(self.backups)} backups "
+                f"(maxNumBackupConsumers {settings.max_num_backup_consumers})",
+                destination=self.name.path,
+                limit="maxNumBackupConsumers",
+                limit_value=str(settings.max_num_backup_consumers),
+            )
 
     def detach(self, consumer: QueueSubscription) -> None:
+        if consumer.backup:
+            self.backups.remove(consumer)
+            return
         self.consumers.remove(consumer)
         if consumer.selector is not None:
             self._selective -= 1
+        self.promote_backups()
+
+    def promote_backups(self) -> None:
+        """While there is room among the active consumers, the oldest backup becomes active."""
+        limit = self.settings.max_num_active_consumers
+        while self.backups and not 0 <= limit <= len(self.consumers):
+            promoted = self.backups.pop(0)
+            promoted.backup = False
+            self.consumers.append(promoted)
+            if promoted.selector is not None:
+                self._selective += 1
+            promoted.refill()
+
+    def resume_consumers(self) -> None:
+        self.dispatch()
 
     def refill(self, consumer: QueueSubscription) -> None:
         """`consumer` can take more messages: give it what the policy allows."""
         dispatch.refill(self, consumer)
 
     def give_back(self, messages: list[Message], *, delivered: bool) -> None:
-        """Take back messages for delivery again, each at its place in the pending list."""
+        """Take back messages for delivery again, each at its place in the pending list; one
+        delivered maxDeliveryCount times is dead instead."""
+        limit = self.settings.max_delivery_count
         for message in messages:
-            self.pending.restore(message)
+            if delivered and 0 < limit <= message.delivery_count:
+                self._dead_and_gone(
+                    message,
+                    "UNDELIVERABLE",
+                    f"delivered {message.delivery_count} times (maxDeliveryCount {limit}) "
+                    "without being acknowledged",
+                )
+            else:
+                self.pending.restore(message)
         if delivered:
             self.stats.redelivered += len(messages)
         self.dispatch()
@@ -181,16 +343,40 @@ class Queue(Destination):
     def recovered(self, message: Message) -> None:
         """A persistent message read back from the journal at start-up."""
         self.pending.append(message)
+        self._took(message)
 
     def consumed(self, message: Message) -> None:
         super().consumed(message)
-        if message.persistent:
-            self.store.removed(message)
+        self.finished(message)
 
     def expired(self, message: Message) -> None:
         super().expired(message)
-        if message.persistent:
-            self.store.removed(message)
+        self._dead_and_gone(
+            message, "EXPIRED", "its expiration time passed before it was delivered"
+        )
+
+    def _dead_and_gone(self, message: Message, reason: str, comment: str) -> None:
+        # One journal transaction: the dead copy is kept if and only if the original is gone.
+        with self.store.atomic():
+            self.dead(message, reason, comment)
+            self.finished(message)
+
+    def evict_one(self, *, lowest_priority: bool) -> bool:
+        victim = self.pending.evict(lowest_priority=lowest_priority)
+        if victim is None:
+            return False
+        reason = "LOW_PRIORITY" if lowest_priority else "OLDEST"
+        self._dead_and_gone(
+            victim, reason, f"evicted to make room ({self.settings.limit_behavior.value})"
+        )
+        return True
+
+    def purge(self) -> int:
+        count = 0
+        while (message := self.pending.pop()) is not None:
+            self.finished(message)
+            count += 1
+        return count
 
     def reap_expired(self, now_ms: int) -> int:
         removed = self.pending.remove_expired(now_ms)
@@ -200,14 +386,16 @@ class Queue(Destination):
 
     def dispatch(self) -> None:
         """Stage pending messages to ready consumers (see `core.dispatch`)."""
-        dispatch.dispatch(self)
+        if not self.paused_consumers:
+            dispatch.dispatch(self)
 
 
 class Topic(Destination):
     """Publish/subscribe: each message to every subscriber present when it was sent.
 
     A topic with durable subscriptions also retains, in its log, every message one of them
-    accepts, until all of them have moved past it (see core.durable).
+    accepts, until all of them have moved past it (see core.durable). Its message limits apply
+    to each subscription's backlog and to the log: the fullest decides.
     """
 
     __slots__ = ("durables", "log", "subscribers")
@@ -222,11 +410,25 @@ class Topic(Destination):
 
     @property
     def subscription_count(self) -> int:
-        return len(self.subscribers)
+        return len(self.subscribers) + sum(1 for s in self.durables.values() if s.active)
 
     @property
     def pending_count(self) -> int:
-        return sum(len(s.pending) for s in self.subscribers)
+        return sum(len(s.pending) for s in self.subscribers) + len(self.log)
+
+    def fullness(self) -> Fullness:
+        count, size = len(self.log), self.log.bytes
+        for subscriber in self.subscribers:
+            count = max(count, len(subscriber.pending) + subscriber.window.outstanding)
+            size = max(size, subscriber.pending.bytes)
+        return Fullness(count, size)
+
+    def undelivered(self) -> int:
+        backlog = max((len(s.pending) for s in self.subscribers), default=0)
+        head = self.last_seq
+        for state in self.durables.values():
+            backlog = max(backlog, head - state.cursor + 1 + len(state.redeliver))
+        return backlog
 
     def publish(self, message: Message) -> None:
         message.seq = self.next_seq()
@@ -235,12 +437,14 @@ class Topic(Destination):
         for subscriber in self.subscribers:
             if subscriber.accepts(message):
                 subscriber.pending.append(message)
+                self._took(message)
                 subscriber.fill()
                 taken = True
         if any(state.accepts(message) for state in self.durables.values()):
             if message.persistent:
                 self.store.added(message)
             self.log.append(message)
+            self._took(message)
             for state in self.durables.values():
                 if state.active is not None:
                     state.active.fill()
@@ -251,6 +455,18 @@ class Topic(Destination):
     def recovered(self, message: Message) -> None:
         """A retained persistent message read back from the journal at start-up."""
         self.log.append(message)
+        self._took(message)
+
+    def consumed(self, message: Message) -> None:
+        """A subscriber consumed its copy (durable ones: the log keeps it until trimmed)."""
+        super().consumed(message)
+
+    def released(self, message: Message) -> None:
+        """A non-durable subscriber's copy left (consumed, expired, dropped with it)."""
+        self._let_go(message)
+
+    def expired(self, message: Message) -> None:
+        super().expired(message)
 
     def add_durable(self, state: DurableState) -> None:
         self.durables[state.key] = state
@@ -266,20 +482,64 @@ class Topic(Destination):
         floor = min((state.floor() for state in self.durables.values()), default=2**63)
         trimmed = self.log.trim(floor)
         for message in trimmed:
-            if message.persistent:
-                self.store.removed(message)
+            self._drop_logged(message)
         return len(trimmed)
+
+    def _drop_logged(self, message: Message) -> None:
+        if message.persistent:
+            self.store.removed(message)
+        self._let_go(message)
+
+    def evict_one(self, *, lowest_priority: bool) -> bool:
+        """Evict from the fullest backlog: a subscriber's pending list, or the log's oldest."""
+        fullest = max(self.subscribers, key=lambda s: len(s.pending), default=None)
+        reason = "LOW_PRIORITY" if lowest_priority else "OLDEST"
+        comment = f"evicted to make room ({self.settings.limit_behavior.value})"
+        if fullest is not None and len(fullest.pending) >= len(self.log):
+            victim = fullest.pending.evict(lowest_priority=lowest_priority)
+            if victim is not None:
+                self.dead(victim, reason, comment)
+                self.released(victim)
+                return True
+        first = self.log.first_seq
+        if first is None:
+            return False
+        for message in self.log.trim(first + 1):
+            for state in self.durables.values():
+                state.evicted(message)
+            with self.store.atomic():
+                self.dead(message, reason, comment)
+                self._drop_logged(message)
+        return True
+
+    def resume_consumers(self) -> None:
+        for subscriber in self.subscribers:
+            subscriber.fill()
+        for state in self.durables.values():
+            if state.active is not None:
+                state.active.fill()
+
+    def purge(self) -> int:
+        count = 0
+        for subscriber in self.subscribers:
+            while (message := subscriber.pending.pop()) is not None:
+                self.released(message)
+                count += 1
+        return count
 
     def attach(self, subscriber: TopicSubscription) -> None:
         self.subscribers.append(subscriber)
 
     def detach(self, subscriber: TopicSubscription) -> None:
         self.subscribers.remove(subscriber)
+        while (message := subscriber.pending.pop()) is not None:
+            self.released(message)
 
     def reap_expired(self, now_ms: int) -> int:
         count = 0
         for subscriber in self.subscribers:
             for message in subscriber.pending.remove_expired(now_ms):
                 self.expired(message)
+                self.released(message)
                 count += 1
         return count

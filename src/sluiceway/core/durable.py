@@ -68,6 +68,14 @@ class DurableState:
                 floor = min(floor, message.seq)
         return floor
 
+    def evicted(self, message: Message) -> None:
+        """The topic evicted `message` from its log: this subscription no longer gets it
+        (unless it was already handed out)."""
+        if message in self.lookahead:
+            self.lookahead.remove(message)
+        if message in self.redeliver:
+            self.redeliver.remove(message)
+
     def give_back(self, messages: list[Message]) -> None:
         for message in messages:
             bisect.insort(self.redeliver, message, key=_seq)

@@ -1,13 +1,29 @@
-"""The broker's own accounting of the memory its queued messages take (a ledger, not a guess).
+"""The broker's own accounting of memory and messages (a ledger, not a guess), and its levels.
 
-Every message waiting in memory in a pending list is counted at its body size plus a fixed
-estimate of the Python objects around it. Above `imq.swap.threshold`, pending lists write newly
-queued messages to the swap area instead of keeping them (see `core.pending`).
+Every message waiting in memory (in a pending list, a topic log, being delivered, held for a
+producer) is counted at its body size plus a fixed estimate of the Python objects around it;
+the I/O layer adds the bytes waiting in write buffers. Against `imq.memory.budget` that gives
+Open MQ's memory levels (`imq.<level>.threshold`, percent of the budget):
+
+- GREEN: all is well;
+- YELLOW (80 %): newly queued messages go to the swap area (unless `imq.swap.threshold` sets
+  another point);
+- ORANGE (90 %): as YELLOW, with a smaller producer credit per connection;
+- RED (98 %): new producers are refused and existing ones are held until memory is freed.
+
+A level is entered `imq.memory.hysteresis` bytes before its threshold, so it does not flap.
 """
 
 from __future__ import annotations
 
+import enum
+import logging
+from dataclasses import dataclass
 from typing import Final
+
+from sluiceway.config import BrokerConfig
+
+log = logging.getLogger(__name__)
 
 # Python object overhead of one queued message besides its body: the Message object, its id and
 # headers, the deque slot (measured with sys.getsizeof on typical messages, rounded up).
@@ -15,19 +31,55 @@ MESSAGE_OVERHEAD: Final = 400
 
 
 def message_cost(body_size: int) -> int:
-    """Bytes one queued message is counted for."""
+    """Bytes one message in memory is counted for."""
     return body_size + MESSAGE_OVERHEAD
 
 
+class MemoryLevel(enum.IntEnum):
+    GREEN = 0
+    YELLOW = 1
+    ORANGE = 2
+    RED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class LevelPolicy:
+    """Thresholds (percent of the budget) and producer credits per level."""
+
+    budget: int = 0  # 0: no budget, always GREEN
+    thresholds: tuple[int, int, int, int] = (0, 80, 90, 98)
+    counts: tuple[int, int, int, int] = (5000, 500, 50, 0)
+    hysteresis: int = 1024
+
+
+def level_policy(config: BrokerConfig) -> LevelPolicy:
+    return LevelPolicy(
+        budget=config.memory_budget,
+        thresholds=(0, config.yellow_threshold, config.orange_threshold, config.red_threshold),
+        counts=(config.green_count, config.yellow_count, config.orange_count, config.red_count),
+        hysteresis=config.memory_hysteresis,
+    )
+
+
+def swap_point(config: BrokerConfig, policy: LevelPolicy) -> int:
+    """Bytes of queued messages beyond which new ones go to the swap area; 0: never."""
+    if config.swap_threshold >= 0:
+        return config.swap_threshold
+    return policy.budget * policy.thresholds[MemoryLevel.YELLOW] // 100
+
+
 class MemoryLedger:
-    """Bytes of queued messages held in memory, against a threshold (0: no threshold)."""
+    """Bytes of messages held in memory, and the memory level they put the broker at."""
 
-    __slots__ = ("peak", "threshold", "used")
+    __slots__ = ("external", "level", "peak", "policy", "threshold", "used")
 
-    def __init__(self, threshold: int = 0) -> None:
-        self.threshold = threshold
-        self.used = 0
+    def __init__(self, threshold: int = 0, policy: LevelPolicy | None = None) -> None:
+        self.policy = policy if policy is not None else LevelPolicy()
+        self.used = 0  # counted by the core
+        self.external = 0  # reported by the I/O layer (write buffers)
         self.peak = 0
+        self.level = MemoryLevel.GREEN
+        self.threshold = threshold  # swap point in bytes; 0: never swap
 
     def add(self, cost: int) -> None:
         self.used += cost
@@ -40,3 +92,62 @@ class MemoryLedger:
     def over(self) -> bool:
         """True when new messages should go to the swap area rather than memory."""
         return 0 < self.threshold <= self.used
+
+    @property
+    def total(self) -> int:
+        return self.used + self.external
+
+    @property
+    def credit(self) -> int:
+        """Producer credit per connection at the current level."""
+        return self.policy.counts[self.level]
+
+    @property
+    def room_below_red(self) -> int:
+        """Bytes that may still be added before the level turns RED (no budget: unlimited)."""
+        budget = self.policy.budget
+        if budget <= 0:
+            return 2**62
+        red = budget * self.policy.thresholds[MemoryLevel.RED] // 100
+        return max(0, red - self.policy.hysteresis - self.total)
+
+    def check(self) -> MemoryLevel:
+        """Recompute the level from what is counted; log a change."""
+        budget = self.policy.budget
+        if budget <= 0:
+            return self.level
+        used = self.total + self.policy.hysteresis
+        level = MemoryLevel.GREEN
+        for candidate in (MemoryLevel.YELLOW, MemoryLevel.ORANGE, MemoryLevel.RED):
+            if used >= budget * self.policy.thresholds[candidate] // 100:
+                level = candidate
+        if level != self.level:
+            log.log(
+                logging.WARNING if level > self.level else logging.INFO,
+                "memory level %s -> %s: %d of %d bytes (imq.memory.budget) in use",
+                self.level.name,
+                level.name,
+                self.total,
+                budget,
+            )
+            self.level = level
+        return level
+
+
+@dataclass
+class SystemCounts:
+    """Messages and body bytes held in all destinations (imq.system.max_count / max_size).
+
+    A queue message counts once; a topic message once per subscription or log holding it.
+    """
+
+    count: int = 0
+    bytes: int = 0
+
+    def add(self, size: int) -> None:
+        self.count += 1
+        self.bytes += size
+
+    def remove(self, size: int) -> None:
+        self.count -= 1
+        self.bytes -= size

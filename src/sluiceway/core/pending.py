@@ -157,13 +157,39 @@ class PendingList:
         mask = self._mask
         if not mask:
             return None
-        priority = mask.bit_length() - 1
+        return self._pop_level(mask.bit_length() - 1)
+
+    def evict(self, *, lowest_priority: bool) -> Message | None:
+        """Remove and return the message a full destination gives up for a new one.
+
+        REMOVE_OLDEST: the oldest message of any priority (lowest sequence number).
+        REMOVE_LOW_PRIORITY: the oldest message of the lowest priority present.
+        """
+        mask = self._mask
+        if not mask:
+            return None
+        if lowest_priority:
+            return self._pop_level((mask & -mask).bit_length() - 1)
+        oldest = min(
+            (p for p in range(PRIORITY_LEVELS) if mask & (1 << p)),
+            key=lambda p: self._first_seq(self._levels[p]),
+        )
+        return self._pop_level(oldest)
+
+    def _first_seq(self, level: _Level) -> int:
+        if level.head:
+            return level.head[0].seq
+        if level.chunks:
+            return level.chunks[0].first_seq
+        return level.filling[0].seq
+
+    def _pop_level(self, priority: int) -> Message:
         level = self._levels[priority]
         if not level.head:
             self._load(level)
         message = level.head.popleft()
         if not level.head and not level.spilled:
-            self._mask = mask & ~(1 << priority)
+            self._mask &= ~(1 << priority)
         self._ledger.remove(message_cost(len(message.body)))
         self._removed(message)
         return message

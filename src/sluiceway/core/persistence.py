@@ -187,6 +187,8 @@ class JournalStore:
     def removed(self, message: Message) -> None:
         """The message left the broker (consumed, expired, trimmed)."""
         if not message.location:
+            if self._tx is not None:  # added in this same transaction: neither record is needed
+                self._tx = [entry for entry in self._tx if entry[2] is not message]
             return
         payload = encode_mark(message.destination, message.seq, message.location)
         if self._tx is not None:

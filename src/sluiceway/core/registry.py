@@ -38,6 +38,9 @@ class DestinationRegistry:
         self._destinations[name] = destination
         return destination
 
+    def remove(self, name: DestinationName) -> None:
+        del self._destinations[name]
+
     def recovered(self, name: DestinationName) -> Destination:
         """The destination a recovered message or durable subscription belongs to, created
         (with the auto-create settings) if the configuration does not define it."""

@@ -27,7 +27,16 @@ from sluiceway.core.pending import (
 class SeqLog:
     """Messages ordered by `seq` (they are appended in that order)."""
 
-    __slots__ = ("_chunks", "_count", "_filling", "_filling_bytes", "_head", "_ledger", "_spill")
+    __slots__ = (
+        "_bytes",
+        "_chunks",
+        "_count",
+        "_filling",
+        "_filling_bytes",
+        "_head",
+        "_ledger",
+        "_spill",
+    )
 
     def __init__(self, ledger: MemoryLedger, spill: Spill | None) -> None:
         self._head: deque[Message] = deque()
@@ -35,11 +44,17 @@ class SeqLog:
         self._filling: list[Message] = []
         self._filling_bytes = 0
         self._count = 0
+        self._bytes = 0
         self._ledger = ledger
         self._spill = spill
 
     def __len__(self) -> int:
         return self._count
+
+    @property
+    def bytes(self) -> int:
+        """Body bytes of the messages held, in memory or spilled."""
+        return self._bytes
 
     @property
     def first_seq(self) -> int | None:
@@ -51,6 +66,7 @@ class SeqLog:
 
     def append(self, message: Message) -> None:
         self._count += 1
+        self._bytes += len(message.body)
         self._ledger.add(message_cost(len(message.body)))
         if self._spill is not None and (self._chunks or self._filling or self._ledger.over):
             self._filling.append(message)
@@ -110,6 +126,7 @@ class SeqLog:
                 self._ledger.remove(message_cost(len(message.body)))
                 trimmed.append(message)
         self._count -= len(trimmed)
+        self._bytes -= sum(len(m.body) for m in trimmed)
         return trimmed
 
     def _trim_chunk(self, below_seq: int, trimmed: list[Message]) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sluiceway.core.destination import Destination, Queue, Topic
 from sluiceway.core.flow import UNLIMITED_STAGING, ConsumerFlow, ConsumerWindow
+from sluiceway.core.memory import message_cost
 from sluiceway.core.message import Message
 from sluiceway.core.pending import PRIORITY_LEVELS
 
@@ -101,7 +102,7 @@ class Subscription:
 
     def ready(self) -> bool:
         """May the destination stage another message here now?"""
-        if not self.active:
+        if not self.active or self.destination.paused_consumers:
             return False
         window = self.window
         if window.limit > 0:
@@ -114,7 +115,9 @@ class Subscription:
     # -- the three steps ---------------------------------------------------------------------
 
     def stage(self, message: Message) -> None:
-        """The destination gives this subscription `message`."""
+        """The destination gives this subscription `message` (counted in the memory ledger
+        until it leaves the subscription)."""
+        self.destination.context.ledger.add(message_cost(message.size))
         self.window.take()
         if self.window.paused:
             self.paused_since = self.connection.clock.monotonic()
@@ -137,7 +140,9 @@ class Subscription:
     def consumed(self, messages: Iterable[Message]) -> None:
         """The client consumed `messages` (already removed from `unacked`)."""
         count = 0
+        ledger = self.destination.context.ledger
         for message in messages:
+            ledger.remove(message_cost(message.size))
             self.forget(message)
             self.destination.consumed(message)
             count += 1
@@ -147,11 +152,15 @@ class Subscription:
         """Return `messages` to the destination (NACK, abort, disconnect, reclaim)."""
         if not messages:
             return
+        ledger = self.destination.context.ledger
+        for message in messages:
+            ledger.remove(message_cost(message.size))
         self.return_to_source(messages, delivered=delivered)
         self.release(len(messages))
 
     def drop_expired(self, message: Message) -> None:
         """A staged message expired before it could be written: never deliver it."""
+        self.destination.context.ledger.remove(message_cost(message.size))
         self.destination.expired(message)
         self.release(1)
 
@@ -231,11 +240,15 @@ class Subscription:
 class QueueSubscription(Subscription):
     """A consumer of a queue: the queue's shared pending list feeds it."""
 
-    __slots__ = ("queue",)
+    __slots__ = ("backup", "queue")
 
     def _setup(self) -> None:
         assert isinstance(self.destination, Queue)
         self.queue = self.destination
+        self.backup = False  # beyond maxNumActiveConsumers: receives nothing until promoted
+
+    def ready(self) -> bool:
+        return not self.backup and super().ready()
 
     def refill(self) -> None:
         self.queue.refill(self)
@@ -277,13 +290,20 @@ class TopicSubscription(Subscription):
     def forget(self, message: Message) -> None:
         if self._returned:
             self._returned.pop(message.id, None)
+        self.topic.released(message)
+
+    def drop_expired(self, message: Message) -> None:
+        super().drop_expired(message)
+        self.topic.released(message)
 
     def refill(self) -> None:
         self.fill()
 
     def return_to_source(self, messages: list[Message], *, delivered: bool) -> None:
         if not self.active:
-            return  # a departing subscriber's messages leave with it
+            for message in messages:  # a departing subscriber's messages leave with it
+                self.topic.released(message)
+            return
         for message in messages:
             self.pending.restore(message)
             if delivered:
@@ -304,7 +324,8 @@ class TopicSubscription(Subscription):
             message = pending.pop()
             assert message is not None
             if message.expires and message.expired(now):
-                self.destination.expired(message)
+                self.topic.expired(message)
+                self.topic.released(message)
                 continue
             self.stage(message)
 
@@ -361,6 +382,7 @@ class _Browser(Subscription):
 
     def write(self, message: Message) -> Delivery:
         # Browsing consumes nothing: the window is released as the message is written.
+        self.destination.context.ledger.remove(message_cost(message.size))
         self.release(1)
         return Delivery(self, message, message.delivery_count)
 

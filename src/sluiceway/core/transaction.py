@@ -7,6 +7,7 @@ transaction open) redelivers the messages it acknowledged, as a JMS session roll
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluiceway.core.destination import Destination
@@ -57,7 +58,7 @@ class Transaction:
         self.nacks.append((subscription, messages))
         self.acked += len(messages)
 
-    def commit(self, store: MessageStore) -> None:
+    def commit(self, store: MessageStore, publish: Callable[[Destination, Message], None]) -> None:
         # A COMMIT consumes atomically: each subscription sees all its acknowledged messages
         # leave at once, so a refill is sized by what remains after the whole transaction; and
         # the store records the whole transaction or, after a crash, none of it.
@@ -67,7 +68,7 @@ class Transaction:
             for subscription, messages in _by_subscription(self.nacks).items():
                 subscription.give_back(messages, delivered=True)
             for destination, message in self.sends:
-                destination.publish(message)
+                publish(destination, message)
         self._clear()
 
     def abort(self) -> None:

@@ -46,6 +46,8 @@ class ConnectionInfo:
     write_buffer: int  # bytes waiting in the transport to be written
     writing_paused: bool  # above the high-water mark: no more messages are given to it
     reading_paused: bool
+    held_sends: int  # SENDs held until their destination can take them
+    held_reason: str | None  # why the oldest waits (destination, limit, value)
     tcp_nodelay: bool
     send_buffer: int  # kernel SO_SNDBUF, bytes
     receive_buffer: int  # kernel SO_RCVBUF, bytes
@@ -62,6 +64,8 @@ class StompProtocol(asyncio.Protocol):
         self._pump_scheduled = False
         self._writing_paused = False
         self._reading_paused = False
+        self._hold_paused = False  # not reading: this connection holds as many SENDs as it may
+        self._control_scheduled = False
         self._closed = False
         self._last_read = self._last_write = self._loop.time()
         self._timers: dict[str, asyncio.TimerHandle] = {}  # one per purpose, re-armed in place
@@ -78,7 +82,12 @@ class StompProtocol(asyncio.Protocol):
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(config.tcp_nodelay))
         transport.set_write_buffer_limits(high=config.write_high_water, low=config.write_low_water)
-        self.session = StompSession(self._server.broker, on_ready=self._schedule_pump, peer=peer)
+        self.session = StompSession(
+            self._server.broker,
+            on_ready=self._schedule_pump,
+            on_control=self._schedule_control,
+            peer=peer,
+        )
         self._server.connection_opened(self)
         self._later("connect", config.connect_timeout_ms / 1000, self._check_connected)
 
@@ -102,6 +111,9 @@ class StompProtocol(asyncio.Protocol):
         session.receive_data(data)
         if not was_connected and session.state is SessionState.CONNECTED:
             self._start_heartbeats()
+        # What these frames freed may let held SENDs (of any connection) go.
+        self._server.broker.settle()
+        self._check_input()
         # What these frames changed reaches the operating system now, so a killed broker loses
         # nothing it acted on (an ACK without a receipt included).
         self._server.flush_store()
@@ -110,6 +122,40 @@ class StompProtocol(asyncio.Protocol):
             self._close_after_flush()
         elif session.has_payload:
             self._schedule_pump()
+
+    def _check_input(self) -> None:
+        """Stop reading while the session holds as many SENDs as it may; go on when it does
+        not (the frames already received are handled first)."""
+        session, transport = self.session, self._transport
+        if session is None or transport is None or self._closed:
+            return
+        if session.input_blocked:
+            if not self._hold_paused:
+                self._hold_paused = True
+                transport.pause_reading()
+        elif self._hold_paused:
+            self._hold_paused = False
+            if not self._reading_paused:
+                transport.resume_reading()
+
+    def _schedule_control(self) -> None:
+        if not self._control_scheduled and not self._closed:
+            self._control_scheduled = True
+            self._loop.call_soon(self._control_turn)
+
+    def _control_turn(self) -> None:
+        """A held SEND was settled: write what it owes, and read again if reading had stopped."""
+        self._control_scheduled = False
+        session = self.session
+        if session is None or self._closed:
+            return
+        try:
+            if self._hold_paused and not session.input_blocked:
+                self._received(b"")  # the frames buffered while reading was stopped
+            else:
+                self.flush_control()
+        except Exception:
+            self._internal_failure("settling held SENDs")
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -120,7 +166,8 @@ class StompProtocol(asyncio.Protocol):
         self._writing_paused = False
         if self._reading_paused and self._transport is not None and not self._closed:
             self._reading_paused = False
-            self._transport.resume_reading()
+            if not self._hold_paused:
+                self._transport.resume_reading()
         if self.session is not None:
             self.session.set_writable(True)
             self._schedule_pump()
@@ -196,6 +243,8 @@ class StompProtocol(asyncio.Protocol):
                 break
             self._write(data)
             written += count
+        if written:
+            self._server.broker.settle()  # auto-acknowledged messages made room
         if session.has_payload and not self._writing_paused:
             self._schedule_pump()  # after the event loop has read what arrived meanwhile
 
@@ -258,6 +307,8 @@ class StompProtocol(asyncio.Protocol):
         assert self.session is not None
         interval = self.session.heartbeat.receive_ms / 1000
         limit = interval * self._server.config.heartbeat_grace
+        if self._hold_paused or self._reading_paused:
+            self._last_read = self._loop.time()  # not reading by choice: the peer is not silent
         silent = self._loop.time() - self._last_read
         if silent > limit:
             self.fail(
@@ -284,11 +335,18 @@ class StompProtocol(asyncio.Protocol):
             outstanding=core.outstanding if core is not None else 0,
             write_buffer=transport.get_write_buffer_size() if transport is not None else 0,
             writing_paused=self._writing_paused,
-            reading_paused=self._reading_paused,
+            reading_paused=self._reading_paused or self._hold_paused,
+            held_sends=len(core.held) if core is not None else 0,
+            held_reason=str(core.held.head().reason) if core is not None and core.held else None,
             tcp_nodelay=bool(_sockopt(sock, socket.IPPROTO_TCP, socket.TCP_NODELAY)),
             send_buffer=_sockopt(sock, socket.SOL_SOCKET, socket.SO_SNDBUF),
             receive_buffer=_sockopt(sock, socket.SOL_SOCKET, socket.SO_RCVBUF),
         )
+
+    @property
+    def write_buffer_size(self) -> int:
+        transport = self._transport
+        return transport.get_write_buffer_size() if transport is not None else 0
 
     def abort(self) -> None:
         """Drop the connection without flushing (a client that never read its last frames)."""

@@ -17,6 +17,9 @@ import enum
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
+from functools import partial
+from types import MappingProxyType
+from typing import Final
 
 from sluiceway import __version__
 from sluiceway.core.broker import Broker
@@ -55,11 +58,14 @@ from sluiceway.server.render import (
 log = logging.getLogger(__name__)
 
 Extra = Mapping[str, str] | None  # headers a handler adds to its RECEIPT
+# A handler's answer when the frame's RECEIPT is owed later (a held SEND).
+DEFERRED: Final[Mapping[str, str]] = MappingProxyType({})
 
 
 class SessionState(enum.Enum):
     AWAITING_CONNECT = "awaiting CONNECT"
     CONNECTED = "connected"
+    DRAINING = "draining"  # DISCONNECT arrived while SENDs were held: settling them first
     CLOSING = "closing"  # nothing more is read; the I/O layer closes after flushing
 
 
@@ -70,7 +76,14 @@ class _UnsupportedVersion(BadRequest):
 class StompSession:
     """The STOMP state machine of one connection."""
 
-    def __init__(self, broker: Broker, *, on_ready: Callable[[], None], peer: str = "?") -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        on_ready: Callable[[], None],
+        on_control: Callable[[], None] = lambda: None,
+        peer: str = "?",
+    ) -> None:
         config = broker.config
         self.broker = broker
         self.peer = peer
@@ -82,7 +95,11 @@ class StompSession:
         # CONNECT `failed-receipts:true`: refusals of frames that asked for a receipt come back as
         # a RECEIPT with a status, and the connection stays open (an extension of this broker).
         self.failed_receipts = False
+        self._disconnect_receipt: str | None = None  # DISCONNECT waiting for held SENDs
         self._on_ready = on_ready
+        # Called when something settled outside this session's own input (a held SEND was
+        # accepted or refused): control frames to write, and maybe input to read again.
+        self._on_control = on_control
         self._decoder = FrameDecoder(
             max_frame_size=config.max_frame_size,
             max_header_count=config.max_header_count,
@@ -114,10 +131,10 @@ class StompSession:
 
     def receive_data(self, data: bytes) -> None:
         """Handle every complete frame in the bytes received so far."""
-        if self.state is SessionState.CLOSING:
+        if self.state in (SessionState.CLOSING, SessionState.DRAINING):
             return
         self._decoder.receive_data(data)
-        while not self.closing:
+        while not self.closing and not self.input_blocked:
             try:
                 event = self._decoder.next_event()
             except FrameLimitExceeded as exc:
@@ -132,6 +149,12 @@ class StompSession:
             if event is not HEARTBEAT:
                 assert isinstance(event, Frame)
                 self._handle(event)
+
+    @property
+    def input_blocked(self) -> bool:
+        """The connection holds as many SENDs as it may: read no further frames for now."""
+        core = self.core
+        return core is not None and bool(core.held) and self.broker.producers.hold_full(core)
 
     def data_to_send(self, synced_lsn: int = 0) -> bytes:
         """Control frames that may be written now: those whose records are durable (synced up
@@ -222,6 +245,8 @@ class StompSession:
                 receipt,
             )
             return
+        if extra is DEFERRED:
+            return  # the RECEIPT (or the refusal) comes when the held SEND is settled
         if receipt is not None and frame.command not in ("CONNECT", "STOMP"):
             # A frame that wrote to the journal is confirmed once those records are durable.
             after = store.last_lsn
@@ -306,7 +331,8 @@ class StompSession:
 
     def _on_send(self, frame: Frame) -> Extra:
         request = h.send_request(frame, self.broker.config.max_header_count)
-        self._connection().send(
+        receipt = frame.headers.get("receipt")
+        sent = self._connection().send(
             request.destination,
             frame.body,
             request.headers,
@@ -314,8 +340,34 @@ class StompSession:
             expires=request.expires,
             persistent=request.persistent,
             transaction=request.transaction,
+            report=receipt is not None or request.persistent,
         )
-        return None
+        if sent.held is None:
+            return None
+        sent.held.on_done = partial(self._send_settled, receipt, request.persistent)
+        return DEFERRED
+
+    def _send_settled(
+        self, receipt: str | None, persistent: bool, error: BrokerError | None
+    ) -> None:
+        """A held SEND was accepted (its RECEIPT is due) or refused (deadline, limit)."""
+        if self.closing:
+            return
+        if error is None:
+            if receipt is not None:
+                lsn = self.broker.store.last_lsn if persistent else 0
+                self._queue(receipt_frame(receipt, self.version, None), lsn)
+        elif receipt is not None and self.failed_receipts:
+            log.info("%s: refused a held SEND: %s", self.peer, error)
+            self._queue(failed_receipt_frame(receipt, error, self.version))
+        else:
+            self.fail(error, receipt)
+        if self.state is SessionState.DRAINING and not self._connection().held:
+            if self._disconnect_receipt is not None:
+                receipt_data = receipt_frame(self._disconnect_receipt, self.version, None)
+                self._queue(receipt_data, self.broker.store.last_lsn)
+            self._close()
+        self._on_control()
 
     def _on_subscribe(self, frame: Frame) -> Extra:
         destination = h.destination(frame)
@@ -415,4 +467,13 @@ class StompSession:
         return None
 
     def _on_disconnect(self, frame: Frame) -> Extra:
-        return None  # the RECEIPT is written, then the session closes (see _handle)
+        core = self._connection()
+        if not core.held:
+            return None  # the RECEIPT is written, then the session closes (see _handle)
+        # SENDs are held: the client is owed their outcome before the DISCONNECT's RECEIPT.
+        # Its consumers stop now (their messages go back); the session waits for the held SENDs
+        # to be accepted (then RECEIPT and close) or refused (then ERROR), at most the deadline.
+        self.state = SessionState.DRAINING
+        self._disconnect_receipt = frame.headers.get("receipt")
+        core.stop_consuming()
+        return DEFERRED

@@ -65,6 +65,8 @@ class StompServer:
 
     def _on_tick(self) -> None:
         try:
+            # The bytes waiting in write buffers count against the memory budget too.
+            self.broker.ledger.external = sum(p.write_buffer_size for p in self._connections)
             self.broker.tick()
             self.flush_store()
         except Exception:  # the tick must survive a bug in one sweep

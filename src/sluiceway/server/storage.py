@@ -74,7 +74,7 @@ class Storage:
             skip_corrupt=config.skip_corrupt,
         )
         self.store = JournalStore(journal)
-        if config.swap_threshold:
+        if config.swap_threshold != 0:
             self.swap = SwapArea(self.directory / "swap")
             self.swap.open()
 

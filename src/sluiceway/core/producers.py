@@ -1,0 +1,513 @@
+"""The producer side of the broker: admission of new messages, holding and releasing producers.
+
+Every new message passes `admit` (see core.limits for the order of the checks): an administrator's
+pause, JMS IQ Manager throttling (core.throttle) and memory level RED hold the SEND; the system
+limits and a REJECT_NEWEST destination refuse it; REMOVE_OLDEST / REMOVE_LOW_PRIORITY make room by
+evicting; FLOW_CONTROL holds it until there is room (core.holding).
+
+Held connections are released in the order they were first held (Open MQ resumes paused producers
+in pause order), each taking at most its producer batch per round, so the first one released
+cannot take all the room: under FLOW_CONTROL the batch is maxNumMsgs / maxNumProducers, between
+1 and 1000 (Open MQ's producer credit); otherwise 1000.
+
+Memory levels (core.memory) come in through a per-connection producer credit: a connection may
+send the current level's count of messages (5000 at GREEN, 500 at YELLOW, 50 at ORANGE, 0 at RED),
+and at most a quarter of the bytes left below RED, before the broker measures its memory again;
+at RED every SEND is held and a connection that is not yet a producer of a destination is
+refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sluiceway.config import LimitBehavior
+from sluiceway.core import dmq
+from sluiceway.core.destination import Destination
+from sluiceway.core.holding import HeldProducer, HeldSend
+from sluiceway.core.limits import (
+    Admission,
+    Fullness,
+    Verdict,
+    check_system,
+    destination_verdict,
+)
+from sluiceway.core.memory import MESSAGE_OVERHEAD, MemoryLevel, SystemCounts, message_cost
+from sluiceway.core.message import Message
+from sluiceway.core.throttle import Throttle
+from sluiceway.errors import BrokerError, ResourceFull
+
+if TYPE_CHECKING:
+    from sluiceway.core.broker import Broker
+    from sluiceway.core.connection import CoreConnection
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 1000  # Open MQ's imq.producer.maxBatch
+
+
+class ProducerControl:
+    """Admission, holding and release of the messages producers send."""
+
+    def __init__(self, broker: Broker) -> None:
+        config = broker.config
+        self._broker = broker
+        self._config = config
+        self._context = broker.context
+        self._ledger = broker.ledger
+        self._clock = broker.clock
+        self.throttle = Throttle(
+            config.throttling_server_threshold,
+            config.throttling_destination_threshold,
+            config.throttling_lag,
+        )
+        # Connections with held SENDs, in the order they were first held (insertion order).
+        self._order: dict[CoreConnection, None] = {}
+        self._throttled: set[Destination] = set()
+        self._dirty = False  # something changed that may let held SENDs go
+        self._settling = False
+        self._hold_timeout = config.hold_timeout_ms / 1000
+        self._context.hooks.room = self._room
+        self._context.hooks.dead = self._dead
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def produce(
+        self,
+        connection: CoreConnection,
+        destination: Destination,
+        message: Message,
+        *,
+        report: bool,
+    ) -> HeldSend | None:
+        """Publish `message` now, hold it (returned), or refuse it.
+
+        With `report` (the SEND asked for a receipt, or the message is persistent) a refusal is
+        raised; otherwise the message is dropped and counted, as Open MQ does.
+        """
+        self.register(connection, destination)
+        self._spend_credit(connection, message.size)
+        if connection.held:  # an earlier SEND waits: this one waits behind it, in order
+            return self._hold(
+                connection, destination, message, report, connection.held.head().reason
+            )
+        admission = self.admit(destination, message)
+        if admission.verdict is Verdict.HOLD:
+            assert admission.error is not None
+            return self._hold(connection, destination, message, report, admission.error)
+        error = self._apply(destination, message, admission)
+        if error is not None:
+            if report:
+                raise error
+            self._dropped(destination, error)
+        return None
+
+    def register(self, connection: CoreConnection, destination: Destination) -> None:
+        """`connection` becomes a producer of `destination` (maxNumProducers; RED refuses)."""
+        if connection.number in destination.producers:
+            return
+        if self._ledger.check() is MemoryLevel.RED:
+            raise self._memory_error("new producers are refused")
+        destination.add_producer(connection.number)
+        connection.produced_to.add(destination)
+
+    def _spend_credit(self, connection: CoreConnection, size: int) -> None:
+        """Memory levels pace producers (Open MQ's per-connection producer credit): the broker
+        measures its memory again once a connection has sent its level's count of messages, or
+        a quarter of the bytes left below RED, whichever comes first, and at every SEND from
+        ORANGE up. At RED the count is 0: every SEND is measured, and held (see `admit`)."""
+        connection.credit -= 1
+        connection.credit_bytes -= size + MESSAGE_OVERHEAD
+        ledger = self._ledger
+        spent = connection.credit <= 0 or connection.credit_bytes <= 0
+        if not spent and ledger.level < MemoryLevel.ORANGE:
+            return
+        ledger.check()
+        connection.credit = ledger.credit
+        connection.credit_bytes = ledger.room_below_red // 4
+
+    def admit(self, destination: Destination, message: Message) -> Admission:
+        """What happens to one more message for `destination` now."""
+        if destination.paused_producers:
+            return Admission(
+                Verdict.HOLD,
+                ResourceFull(
+                    "producers paused",
+                    f"the producers of {destination.name} are paused by an administrator; they "
+                    "go on when the destination is resumed",
+                    destination=destination.name.path,
+                ),
+            )
+        if destination.throttled:
+            return Admission(Verdict.HOLD, self._throttle_error(destination))
+        if self._ledger.level is MemoryLevel.RED:
+            return Admission(Verdict.HOLD, self._memory_error("producers wait"))
+        path = destination.name.path
+        try:
+            check_system(path, message.size, self._config, self._context.system)
+        except BrokerError as exc:
+            return Admission(Verdict.REJECT, exc)
+        settings = destination.settings
+        return destination_verdict(
+            path,
+            message.size,
+            destination.fullness(),
+            max_count=settings.max_num_msgs,
+            max_bytes=settings.max_total_msg_bytes,
+            behavior=settings.limit_behavior,
+        )
+
+    def _apply(
+        self, destination: Destination, message: Message, admission: Admission
+    ) -> BrokerError | None:
+        """Publish an admitted message (evicting first if so decided); the error if refused."""
+        if admission.verdict is Verdict.REJECT:
+            return admission.error
+        if admission.verdict is Verdict.ACCEPT:
+            destination.publish(message)
+            return None
+        with self._broker.store.atomic():  # evictions, their dead copies and the new message
+            error = self._evict(destination, message)
+            if error is None:
+                destination.publish(message)
+        return error
+
+    def _evict(self, destination: Destination, message: Message) -> BrokerError | None:
+        """REMOVE_OLDEST / REMOVE_LOW_PRIORITY: evict until `message` fits."""
+        settings = destination.settings
+        lowest = settings.limit_behavior is LimitBehavior.REMOVE_LOW_PRIORITY
+        alone = destination_verdict(
+            destination.name.path,
+            message.size,
+            Fullness(0, 0),
+            max_count=settings.max_num_msgs,
+            max_bytes=settings.max_total_msg_bytes,
+            behavior=LimitBehavior.REJECT_NEWEST,
+        )
+        if alone.error is not None:
+            return alone.error  # it would not fit in the empty destination: evict nothing
+        while True:
+            verdict = destination_verdict(
+                destination.name.path,
+                message.size,
+                destination.fullness(),
+                max_count=settings.max_num_msgs,
+                max_bytes=settings.max_total_msg_bytes,
+                behavior=LimitBehavior.REJECT_NEWEST,
+            )
+            if verdict.verdict is Verdict.ACCEPT:
+                return None
+            if not destination.evict_one(lowest_priority=lowest):
+                return verdict.error  # what fills it cannot be evicted (being delivered)
+
+    def _dropped(self, destination: Destination, error: BrokerError) -> None:
+        destination.stats.dropped += 1
+        log.debug("dropped a non-persistent message without receipt: %s", error)
+
+    def publish_internal(self, destination: Destination, message: Message) -> bool:
+        """Publish a message the broker makes itself (a dead copy): no system limits, eviction
+        by the destination's behaviour, never held. False if it could not be kept."""
+        admission = destination_verdict(
+            destination.name.path,
+            message.size,
+            destination.fullness(),
+            max_count=destination.settings.max_num_msgs,
+            max_bytes=destination.settings.max_total_msg_bytes,
+            behavior=destination.settings.limit_behavior,
+        )
+        if admission.verdict is Verdict.HOLD:
+            admission = Admission(Verdict.EVICT)
+        return self._apply(destination, message, admission) is None
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def check_commit(self, sends: list[tuple[Destination, Message]]) -> None:
+        """Refuse a COMMIT whose messages the system limits or a REJECT_NEWEST destination
+        would refuse, before any is published (all or nothing). What would be held (FLOW_CONTROL,
+        throttled, paused) is accepted: a transaction's size is bounded by
+        imq.transaction.producer.maxNumMsgs, and holding a COMMIT would hold its ACKs too."""
+        system = SystemCounts(self._context.system.count, self._context.system.bytes)
+        planned: dict[Destination, Fullness] = {}
+        for destination, message in sends:
+            path = destination.name.path
+            check_system(path, message.size, self._config, system)
+            system.add(message.size)
+            settings = destination.settings
+            current = planned.get(destination) or destination.fullness()
+            if settings.limit_behavior is not LimitBehavior.REJECT_NEWEST:
+                current = Fullness(0, 0)  # room is made by eviction, if the message can fit
+            admission = destination_verdict(
+                path,
+                message.size,
+                current,
+                max_count=settings.max_num_msgs,
+                max_bytes=settings.max_total_msg_bytes,
+                behavior=LimitBehavior.REJECT_NEWEST,
+            )
+            if admission.error is not None:
+                raise admission.error
+            planned[destination] = Fullness(current.count + 1, current.bytes + message.size)
+
+    def publish_committed(self, destination: Destination, message: Message) -> None:
+        """Publish a message of a committed transaction (evicting if its destination does)."""
+        behavior = destination.settings.limit_behavior
+        if behavior in (LimitBehavior.REMOVE_OLDEST, LimitBehavior.REMOVE_LOW_PRIORITY):
+            self._apply(destination, message, Admission(Verdict.EVICT))
+        else:
+            destination.publish(message)
+
+    # -- holding -------------------------------------------------------------------------------
+
+    def _hold(
+        self,
+        connection: CoreConnection,
+        destination: Destination,
+        message: Message,
+        report: bool,
+        reason: BrokerError,
+    ) -> HeldSend:
+        now = self._clock.monotonic()
+        send = HeldSend(
+            destination,
+            message,
+            report=report,
+            reason=reason,
+            since=now,
+            deadline=now + self._hold_timeout,
+        )
+        if not connection.held:
+            self._order[connection] = None
+            log.debug("connection %d held: %s", connection.number, reason)
+        connection.held.append(send)
+        self._ledger.add(message_cost(message.size))
+        return send
+
+    def hold_full(self, connection: CoreConnection) -> bool:
+        """The connection holds as many SENDs as it may: stop reading it."""
+        held = connection.held
+        config = self._config
+        return len(held) >= config.hold_max_messages or held.bytes >= config.hold_max_bytes
+
+    def _room(self, destination: Destination) -> None:
+        self._dirty = True
+
+    def changed(self) -> None:
+        """Something an operator changed (a limit, a pause) may let held SENDs go."""
+        self._dirty = True
+
+    def settle(self) -> None:
+        """Release what can go now. Called after every operation that may have made room."""
+        if not self._dirty or self._settling:
+            return
+        self._settling = True
+        try:
+            while self._dirty:
+                self._dirty = False
+                for destination in list(self._throttled):
+                    self.review_throttle(destination)
+                if not self._order:
+                    return
+                self._ledger.check()
+                for send, error in self._release():
+                    send.settle(error)  # may close a connection, or make more room
+        finally:
+            self._settling = False
+
+    def _release(self) -> list[tuple[HeldSend, BrokerError | None]]:
+        """Admit held SENDs, connections in pause order, each at most its batch per round."""
+        outcomes: list[tuple[HeldSend, BrokerError | None]] = []
+        progress = True
+        while progress and self._order:
+            progress = False
+            for connection in list(self._order):
+                held = connection.held
+                batch = _batch(held.head().destination)
+                released = 0
+                while held and released < batch:
+                    send = held.head()
+                    admission = self.admit(send.destination, send.message)
+                    if admission.verdict is Verdict.HOLD:
+                        assert admission.error is not None
+                        send.reason = admission.error
+                        break
+                    held.popleft()
+                    self._ledger.remove(message_cost(send.message.size))
+                    error = self._apply(send.destination, send.message, admission)
+                    if error is not None and not send.report:
+                        self._dropped(send.destination, error)
+                        error = None
+                    outcomes.append((send, error))
+                    released += 1
+                    progress = True
+                if not held:
+                    del self._order[connection]
+        return outcomes
+
+    def expire(self, now: float) -> None:
+        """Refuse the held SENDs whose deadline (imq.producer.hold.timeout) passed."""
+        outcomes: list[tuple[HeldSend, BrokerError]] = []
+        for connection in list(self._order):
+            for send in connection.held.expired(now):
+                self._ledger.remove(message_cost(send.message.size))
+                outcomes.append((send, self._timeout_error(send, now)))
+            if not connection.held:
+                del self._order[connection]
+        for send, error in outcomes:
+            log.warning("%s", error)
+            send.settle(error)
+
+    def _timeout_error(self, send: HeldSend, now: float) -> ResourceFull:
+        reason = send.reason
+        return ResourceFull(
+            "send held too long",
+            f"a SEND to {send.destination.name} was held for {now - send.since:.1f} s, the limit "
+            f"set by imq.producer.hold.timeout ({self._config.hold_timeout_ms} ms), waiting for: "
+            f"{reason}",
+            destination=send.destination.name.path,
+            limit=reason.limit,
+            limit_value=reason.limit_value,
+        )
+
+    def forget(self, connection: CoreConnection) -> int:
+        """The connection closed: drop what it had held (nobody is left to tell); return how
+        many; it stops being a producer."""
+        self._order.pop(connection, None)
+        dropped = connection.held.clear()
+        for send in dropped:
+            self._ledger.remove(message_cost(send.message.size))
+        for destination in connection.produced_to:
+            destination.remove_producer(connection.number)
+        connection.produced_to.clear()
+        return len(dropped)
+
+    def fail_held(self, destination: Destination, error: BrokerError) -> None:
+        """Refuse every SEND held for `destination` (it is being destroyed)."""
+        outcomes: list[HeldSend] = []
+        for connection in list(self._order):
+            held = connection.held
+            for send in held.clear():
+                if send.destination is destination:
+                    outcomes.append(send)
+                else:
+                    held.append(send)
+            if not held:
+                del self._order[connection]
+        for send in outcomes:
+            self._ledger.remove(message_cost(send.message.size))
+            send.settle(error)
+
+    def held(self) -> list[HeldProducer]:
+        """Every connection with held SENDs, in pause order, with the reason of its oldest."""
+        producers = []
+        for connection in self._order:
+            head = connection.held.head()
+            producers.append(
+                HeldProducer(
+                    connection=connection.number,
+                    destination=head.destination.name.path,
+                    reason=head.reason.summary,
+                    detail=str(head.reason),
+                    limit=head.reason.limit,
+                    since=head.since,
+                    held_sends=len(connection.held),
+                    held_bytes=connection.held.bytes,
+                )
+            )
+        return producers
+
+    # -- throttling (spec-docs 003) ------------------------------------------------------------
+
+    def review(self) -> None:
+        """Periodic (every broker tick): decide which destinations are throttled."""
+        if self.throttle.enabled:
+            for destination in self._broker.registry:
+                if destination.producers or destination.throttled:
+                    self.review_throttle(destination)
+        self._dirty = True
+
+    def review_throttle(self, destination: Destination) -> None:
+        throttled = self.throttle.decide(
+            destination.throttled, self._context.system.count, destination.undelivered()
+        )
+        if throttled == destination.throttled:
+            return
+        destination.throttled = throttled
+        if throttled:
+            self._throttled.add(destination)
+            log.info(
+                "throttling the producers of %s: %s",
+                destination.name,
+                self._throttle_error(destination),
+            )
+        else:
+            self._throttled.discard(destination)
+            self._dirty = True
+            log.info(
+                "producers of %s no longer throttled: %d undelivered, broker holds %d messages",
+                destination.name,
+                destination.undelivered(),
+                self._context.system.count,
+            )
+
+    def _throttle_error(self, destination: Destination) -> ResourceFull:
+        throttle = self.throttle
+        return ResourceFull(
+            "producer throttled",
+            f"{destination.name} is throttled: the broker holds more than "
+            f"imq.throttling.server.threshold ({throttle.server_threshold}) messages and "
+            f"{destination.name} has more than imq.throttling.destination.threshold "
+            f"({throttle.destination_threshold}) undelivered; it is released below "
+            f"{throttle.destination_threshold - throttle.lag} undelivered (imq.throttling.lag "
+            f"{throttle.lag}) or when the broker falls below its threshold",
+            destination=destination.name.path,
+            limit="imq.throttling.destination.threshold",
+            limit_value=str(throttle.destination_threshold),
+        )
+
+    def _memory_error(self, what: str) -> ResourceFull:
+        ledger = self._ledger
+        budget = ledger.policy.budget
+        return ResourceFull(
+            "memory low",
+            f"the broker's memory level is RED ({ledger.total} of {budget} bytes of "
+            f"imq.memory.budget in use): {what} until consumers free memory",
+            limit="imq.memory.budget",
+            limit_value=str(budget),
+        )
+
+    # -- dead messages -------------------------------------------------------------------------
+
+    def _dead(self, source: Destination, message: Message, reason: str, comment: str) -> None:
+        broker = self._broker
+        if self._config.log_dead_messages:
+            log.info("dead message %s from %s: %s (%s)", message.id, source.name, reason, comment)
+        target = broker.registry.get(dmq.DMQ_NAME)
+        if target is None:
+            return
+        copy = dmq.dead_copy(
+            message,
+            message_id=broker.new_message_id(),
+            reason=reason,
+            comment=comment,
+            now_ms=self._clock.time_ms(),
+            broker=broker.instance_id,
+            truncate=self._config.dmq_truncate_body,
+        )
+        if not self.publish_internal(target, copy):
+            log.warning(
+                "dead message %s from %s (%s) is larger than the dead message queue and was "
+                "discarded",
+                message.id,
+                source.name,
+                reason,
+            )
+
+
+def _batch(destination: Destination) -> int:
+    """Messages one held connection may have admitted per release round (Open MQ's Bp)."""
+    settings = destination.settings
+    if settings.limit_behavior is not LimitBehavior.FLOW_CONTROL or settings.max_num_msgs < 0:
+        return MAX_BATCH
+    producers = settings.max_num_producers if settings.max_num_producers > 0 else 100
+    return max(1, min(settings.max_num_msgs // producers, MAX_BATCH))
