@@ -247,6 +247,19 @@ def test_expired_messages_go_to_the_dmq_without_expiration(broker: Broker) -> No
     assert headers["original-message-id"] != dead.message.id
 
 
+def test_an_expired_topic_message_goes_to_the_dmq_once(broker: Broker) -> None:
+    subscribers = [Client(broker) for _ in range(3)]
+    for subscriber in subscribers:
+        subscriber.subscribe("/topic/t", limit=1)
+    producer = Client(broker)
+    producer.send("/topic/t", b"first")
+    producer.send("/topic/t", b"late", expires=broker.clock.time_ms() + 1000)
+    broker.clock.advance(2)  # type: ignore[attr-defined]
+    assert broker.sweep_expired() == 3  # one copy per subscription
+    assert dmq_bodies(broker) == [b"late"]
+    assert broker.destination(parse_destination("/topic/t")).stats.expired == 3
+
+
 def test_max_delivery_count_makes_a_message_dead(make_broker: MakeBroker) -> None:
     broker = queue_with(make_broker, maxDeliveryCount="2")
     Client(broker).send(Q, b"poison")

@@ -103,6 +103,26 @@ def test_held_producers_resume_in_the_order_they_were_paused(make_broker: MakeBr
     assert order == [b"fill", b"fill", b"fill", b"p0", b"p1", b"p2"]
 
 
+def test_room_goes_to_held_producers_before_a_newcomer(make_broker: MakeBroker) -> None:
+    """A consumer's ACK and another producer's SEND can arrive in one read, before the broker
+    releases anything: the held producer still gets the room first."""
+    broker = flow_controlled(make_broker, limit=1)
+    waiting, newcomer, consumer = Client(broker), Client(broker), Client(broker)
+    waiting.send(Q, b"first")
+    waiting.send(Q, b"held")
+    consumer.subscribe(Q, limit=1)
+    (delivery,) = consumer.take()
+    consumer.connection.ack(delivery.subscription, delivery.message.id, None)  # no settle yet
+    _, held = newcomer.connection.send(
+        parse_destination(Q), b"newcomer", (), priority=4, expires=0, persistent=True
+    )
+    assert held is not None  # it waits behind the producer already waiting
+    assert held.reason.limit == "maxNumMsgs"
+    broker.settle()
+    assert [error for _, error in waiting.outcomes] == [None]
+    assert bodies(consumer.take()) == [b"held"]
+
+
 def test_release_rounds_share_room_by_producer_batch(make_broker: MakeBroker) -> None:
     """Under FLOW_CONTROL each held connection takes at most maxNumMsgs / maxNumProducers per
     round (Open MQ's producer batch), so the first released cannot take all the room."""

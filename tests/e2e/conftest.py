@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from sluiceway.testing import BrokerThread
 from tests.conftest import BrokerFactory
 from tests.e2e.rawclient import RawClient
+from tests.e2e.stomppy import Recorder, connect
 
-__all__ = ["BrokerFactory", "ClientFactory"]
+__all__ = ["BrokerFactory", "ClientFactory", "StompFactory"]
 
 ClientFactory = Callable[..., RawClient]
+StompFactory = Callable[..., tuple[Any, Recorder]]
 
 
 @pytest.fixture
@@ -49,3 +52,21 @@ def raw(broker: BrokerThread) -> Iterator[ClientFactory]:
     yield make
     for client in clients:
         client.close()
+
+
+@pytest.fixture
+def stomp_clients(make_broker: BrokerFactory) -> Iterator[StompFactory]:
+    """stomp.py connections (`stomp_clients(port, **connect_headers)`), disconnected after the
+    test, before its brokers stop (this fixture depends on make_broker, so it is torn down
+    first)."""
+    opened: list[Any] = []
+
+    def make(port: int, **headers: str) -> tuple[Any, Recorder]:
+        connection, recorder = connect(port, **headers)
+        opened.append(connection)
+        return connection, recorder
+
+    yield make
+    for connection in opened:
+        if connection.is_connected():
+            connection.disconnect()

@@ -76,6 +76,7 @@ class Destination:
         "context",
         "held_bytes",
         "held_count",
+        "held_sends",
         "name",
         "paused_consumers",
         "paused_producers",
@@ -100,6 +101,7 @@ class Destination:
         self.held_count = 0  # messages held and not consumed (a queue's; see fullness())
         self.held_bytes = 0
         self.producers: set[int] = set()  # connection numbers that sent to it
+        self.held_sends = 0  # SENDs to it held for producers (core.holding)
         self.paused_producers = False  # pause dst -pst PRODUCERS
         self.paused_consumers = False  # pause dst -pst CONSUMERS
         self.throttled = False  # JMS IQ Manager throttling (core.throttle)
@@ -166,7 +168,8 @@ class Destination:
         raise NotImplementedError
 
     def undelivered(self) -> int:
-        """Messages not yet delivered (for a topic: its slowest subscriber's backlog)."""
+        """Messages not yet written to a consumer (for a topic: its slowest subscriber's
+        backlog, the messages read from its publishers minus those sent to it)."""
         raise NotImplementedError
 
     def evict_one(self, *, lowest_priority: bool) -> bool:
@@ -242,7 +245,7 @@ class Queue(Destination):
         return Fullness(self.held_count, self.held_bytes)
 
     def undelivered(self) -> int:
-        return len(self.pending)
+        return len(self.pending) + sum(len(c.staged) for c in self.consumers)
 
     def publish(self, message: Message) -> None:
         message.seq = self.next_seq()
@@ -424,10 +427,11 @@ class Topic(Destination):
         return Fullness(count, size)
 
     def undelivered(self) -> int:
-        backlog = max((len(s.pending) for s in self.subscribers), default=0)
+        backlog = max((len(s.pending) + len(s.staged) for s in self.subscribers), default=0)
         head = self.last_seq
         for state in self.durables.values():
-            backlog = max(backlog, head - state.cursor + 1 + len(state.redeliver))
+            staged = len(state.active.staged) if state.active is not None else 0
+            backlog = max(backlog, head - state.cursor + 1 + len(state.redeliver) + staged)
         return backlog
 
     def publish(self, message: Message) -> None:
@@ -466,7 +470,12 @@ class Topic(Destination):
         self._let_go(message)
 
     def expired(self, message: Message) -> None:
+        """One subscription's copy expired; the message goes to the dead message queue once,
+        whichever subscription finds it first."""
         super().expired(message)
+        if not message.dead:
+            message.dead = True
+            self.dead(message, "EXPIRED", "its expiration time passed before it was delivered")
 
     def add_durable(self, state: DurableState) -> None:
         self.durables[state.key] = state

@@ -73,4 +73,5 @@ def dead_copy(
         delivery_count=0,
         location=0,
         marks=None,
+        dead=False,
     )

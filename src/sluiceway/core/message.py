@@ -34,6 +34,7 @@ class Message:
     # (deliveries, acknowledgements by durable subscriptions).
     location: int = 0
     marks: list[int] | None = None
+    dead: bool = False  # a copy went to the dead message queue (a topic's copies share it)
 
     @property
     def size(self) -> int:

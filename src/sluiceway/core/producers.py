@@ -96,6 +96,11 @@ class ProducerControl:
         if admission.verdict is Verdict.HOLD:
             assert admission.error is not None
             return self._hold(connection, destination, message, report, admission.error)
+        waiting = self._waiting_for(destination) if destination.held_sends else None
+        if waiting is not None and admission.verdict is not Verdict.REJECT:
+            # Producers already wait for room in this destination: it goes to them first, in
+            # the order they were held, not to whoever sends next.
+            return self._hold(connection, destination, message, report, waiting)
         error = self._apply(destination, message, admission)
         if error is not None:
             if report:
@@ -147,7 +152,9 @@ class ProducerControl:
         try:
             check_system(path, message.size, self._config, self._context.system)
         except BrokerError as exc:
-            return Admission(Verdict.REJECT, exc)
+            # Kept, not raised here: its traceback would keep this frame (and the message)
+            # alive in a reference cycle until the garbage collector runs.
+            return Admission(Verdict.REJECT, exc.with_traceback(None))
         settings = destination.settings
         return destination_verdict(
             path,
@@ -281,7 +288,21 @@ class ProducerControl:
             log.debug("connection %d held: %s", connection.number, reason)
         connection.held.append(send)
         self._ledger.add(message_cost(message.size))
+        destination.held_sends += 1
         return send
+
+    def _unhold(self, send: HeldSend) -> None:
+        """`send` leaves the holding area (released, refused, or dropped)."""
+        self._ledger.remove(message_cost(send.message.size))
+        send.destination.held_sends -= 1
+
+    def _waiting_for(self, destination: Destination) -> BrokerError | None:
+        """Why a held SEND waits for `destination` itself (not behind another one), if any."""
+        for connection in self._order:
+            head = connection.held.head()
+            if head.destination is destination:
+                return head.reason
+        return None
 
     def hold_full(self, connection: CoreConnection) -> bool:
         """The connection holds as many SENDs as it may: stop reading it."""
@@ -332,7 +353,7 @@ class ProducerControl:
                         send.reason = admission.error
                         break
                     held.popleft()
-                    self._ledger.remove(message_cost(send.message.size))
+                    self._unhold(send)
                     error = self._apply(send.destination, send.message, admission)
                     if error is not None and not send.report:
                         self._dropped(send.destination, error)
@@ -349,7 +370,7 @@ class ProducerControl:
         outcomes: list[tuple[HeldSend, BrokerError]] = []
         for connection in list(self._order):
             for send in connection.held.expired(now):
-                self._ledger.remove(message_cost(send.message.size))
+                self._unhold(send)
                 outcomes.append((send, self._timeout_error(send, now)))
             if not connection.held:
                 del self._order[connection]
@@ -375,7 +396,7 @@ class ProducerControl:
         self._order.pop(connection, None)
         dropped = connection.held.clear()
         for send in dropped:
-            self._ledger.remove(message_cost(send.message.size))
+            self._unhold(send)
         for destination in connection.produced_to:
             destination.remove_producer(connection.number)
         connection.produced_to.clear()
@@ -394,7 +415,7 @@ class ProducerControl:
             if not held:
                 del self._order[connection]
         for send in outcomes:
-            self._ledger.remove(message_cost(send.message.size))
+            self._unhold(send)
             send.settle(error)
 
     def held(self) -> list[HeldProducer]:

@@ -228,9 +228,10 @@ class StompSession:
         try:
             extra = handler(frame)
         except BrokerError as exc:
+            _drop_tracebacks(exc)
             if receipt is not None and self.failed_receipts:
                 # The client understands failed receipts: refuse this frame, keep the session.
-                log.info("%s: refused %s: %s", self.peer, frame.command, exc)
+                log.debug("%s: refused %s: %s", self.peer, frame.command, exc)
                 self._queue(failed_receipt_frame(receipt, exc, self.version))
                 return
             self.fail(exc, receipt)
@@ -358,7 +359,7 @@ class StompSession:
                 lsn = self.broker.store.last_lsn if persistent else 0
                 self._queue(receipt_frame(receipt, self.version, None), lsn)
         elif receipt is not None and self.failed_receipts:
-            log.info("%s: refused a held SEND: %s", self.peer, error)
+            log.debug("%s: refused a held SEND: %s", self.peer, error)
             self._queue(failed_receipt_frame(receipt, error, self.version))
         else:
             self.fail(error, receipt)
@@ -477,3 +478,13 @@ class StompSession:
         self._disconnect_receipt = frame.headers.get("receipt")
         core.stop_consuming()
         return DEFERRED
+
+
+def _drop_tracebacks(error: BaseException) -> None:
+    """A refusal's traceback holds the frames that raised it, and they hold the refused message
+    and often the error itself: a reference cycle that only the garbage collector frees, which
+    under a large backlog runs rarely. Nothing reads these tracebacks, so drop them now."""
+    seen: BaseException | None = error
+    while seen is not None:
+        seen.__traceback__ = None
+        seen = seen.__cause__ or seen.__context__
