@@ -2,8 +2,8 @@
 
 Every error a user can see says what was wrong, which limit or input caused it, and what to do.
 Broker errors carry the Open MQ status code that goes into the `status` header of a STOMP ERROR
-frame (400 bad request, 403 forbidden, 404 not found, 409 conflict, 414 resource full, 423 entity
-too large, 500 internal).
+frame (400 bad request, 401 unauthorized, 403 forbidden, 404 not found, 409 conflict, 414 resource
+full, 423 entity too large, 500 internal).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ class Status(IntEnum):
     """Open MQ status codes, as carried by the `status` header of an ERROR frame."""
 
     BAD_REQUEST = 400
+    UNAUTHORIZED = 401
     FORBIDDEN = 403
     NOT_FOUND = 404
     CONFLICT = 409
@@ -99,6 +100,12 @@ class BadRequest(BrokerError):
     status = Status.BAD_REQUEST
 
 
+class Unauthorized(BrokerError):
+    """Authentication failed: no credentials, an unknown user, or a wrong password."""
+
+    status = Status.UNAUTHORIZED
+
+
 class Forbidden(BrokerError):
     status = Status.FORBIDDEN
 
@@ -125,7 +132,15 @@ class InternalError(BrokerError):
 
 BROKER_ERRORS: dict[int, type[BrokerError]] = {
     cls.status.value: cls
-    for cls in (BadRequest, Forbidden, NotFound, Conflict, ResourceFull, EntityTooLarge)
+    for cls in (
+        BadRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        Conflict,
+        ResourceFull,
+        EntityTooLarge,
+    )
 }
 
 

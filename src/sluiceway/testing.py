@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
+from sluiceway.server.services import Services
 from sluiceway.server.stomp_server import StompServer
 from sluiceway.server.storage import Storage
 
@@ -66,7 +67,7 @@ class BrokerThread:
     """
 
     def __init__(self, properties: Mapping[str, str] | None = None) -> None:
-        values = {"imq.stomp.tcp.port": "0"}
+        values = {"imq.stomp.tcp.port": "0", "imq.admin.http.port": "0"}
         values.update(properties or {})
         # A data directory of its own unless told which (then it is kept, for restarts).
         self._own_directory: str | None = None
@@ -79,9 +80,11 @@ class BrokerThread:
         self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stopping: asyncio.Event | None = None
         self.broker: Broker | None = None
-        self.server: StompServer | None = None
+        self.services: Services | None = None
+        self.server: StompServer | None = None  # the plain STOMP listener
         self.host = ""
         self.port = 0
+        self.admin_port = 0  # 0 when the admin endpoint is off
 
     def __enter__(self) -> BrokerThread:
         self.start()
@@ -111,10 +114,13 @@ class BrokerThread:
         try:
             storage = Storage(self.config)
             self.broker, _ = storage.open_broker()
-            self.server = StompServer(self.broker)
-            storage.notifier.attach(asyncio.get_running_loop(), self.server.synced)
-            await self.server.start()
-            self.host, self.port = self.server.address
+            self.services = Services(self.broker)
+            self.server = self.services.stomp
+            storage.notifier.attach(asyncio.get_running_loop(), self.services.synced)
+            await self.services.start()
+            addresses = self.services.addresses()
+            self.host, self.port = addresses["stomp"]
+            self.admin_port = addresses["admin"][1] if "admin" in addresses else 0
             self._stopping = asyncio.Event()
         except BaseException as exc:
             if storage is not None:
@@ -124,7 +130,7 @@ class BrokerThread:
         self._started.set_result(None)
         try:
             await self._stopping.wait()
-            await self.server.stop()
+            await self.services.stop()
         finally:
             storage.close()
 
@@ -145,7 +151,8 @@ class BrokerThread:
             shutil.rmtree(self._own_directory, ignore_errors=True)
 
 
-_READY = re.compile(r"ready: STOMP on (\S+):(\d+)")
+_READY = re.compile(r"ready: STOMP on ([^\s,]+):(\d+)")
+_READY_ADMIN = re.compile(r"admin on [^\s,]+:(\d+)")
 
 
 class BrokerProcess:
@@ -163,6 +170,9 @@ class BrokerProcess:
         if data_dir is None:
             data_dir = self._own_directory = tempfile.mkdtemp(prefix="sluiceway-test-")
         self.data_dir = data_dir
+        admin = (
+            () if any("imq.admin.http.port" in a for a in args) else ("-D", "imq.admin.http.port=0")
+        )
         command = [
             sys.executable,
             "-m",
@@ -172,6 +182,7 @@ class BrokerProcess:
             str(port),
             "--data-dir",
             data_dir,
+            *admin,
             *args,
         ]
         self.process = subprocess.Popen(  # noqa: S603  (our own command, fixed arguments)
@@ -182,6 +193,7 @@ class BrokerProcess:
         )
         self.lines: list[str] = []
         self._reader: threading.Thread | None = None
+        self.admin_port = 0  # from the ready line; 0 when the admin endpoint is off
         self.port = self._wait_ready(timeout)
 
     def _wait_ready(self, timeout: float) -> int:
@@ -194,6 +206,8 @@ class BrokerProcess:
             self.lines.append(line)
             match = _READY.search(line)
             if match:
+                admin = _READY_ADMIN.search(line)
+                self.admin_port = int(admin.group(1)) if admin else 0
                 # Keep reading what it logs, so a full pipe never blocks the broker.
                 self._reader = threading.Thread(target=self._read_log, daemon=True)
                 self._reader.start()

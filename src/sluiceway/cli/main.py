@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from sluiceway import __version__
 from sluiceway.config import BrokerConfig, load_config, render_reference
 from sluiceway.errors import ConfigError, SluicewayError
-from sluiceway.server.stomp_server import StompServer
+from sluiceway.server.services import Services
 from sluiceway.server.storage import Storage
 
 log = logging.getLogger("sluiceway")
@@ -107,18 +107,17 @@ async def serve(config: BrokerConfig) -> None:
 
 async def _serve(config: BrokerConfig, storage: Storage) -> None:
     broker, _ = storage.open_broker()
-    server = StompServer(broker)
-    storage.notifier.attach(asyncio.get_running_loop(), server.synced)
-    await server.start()
-    host, port = server.address
-    log.info("Sluiceway %s ready: STOMP on %s:%d", __version__, host, port)
+    services = Services(broker)
+    storage.notifier.attach(asyncio.get_running_loop(), services.synced)
+    await services.start()
+    log.info("Sluiceway %s ready: %s", __version__, services.ready_line())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
-    log.info("shutting down: closing %d connections", server.connection_count)
-    await server.stop()
+    log.info("shutting down: closing %d connections", services.connection_count)
+    await services.stop()
     log.info("stopped")
 
 

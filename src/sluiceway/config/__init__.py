@@ -33,6 +33,7 @@ from sluiceway.config.loading import (
     load_config,
     parse_override,
     render_reference,
+    update_config,
 )
 from sluiceway.config.properties import (
     PropertyInfo,
@@ -76,4 +77,5 @@ __all__ = [
     "prop",
     "render_reference",
     "size_parser",
+    "update_config",
 ]

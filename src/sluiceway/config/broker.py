@@ -20,12 +20,17 @@ from sluiceway.config.properties import (
     prop,
     size_parser,
 )
+from sluiceway.config.service import ServiceConfig
 from sluiceway.naming import DestinationKind
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerConfig:
-    """Everything the broker is configured with. Units are in each property's documentation."""
+class BrokerConfig(ServiceConfig):
+    """Everything the broker is configured with. Units are in each property's documentation.
+
+    The properties of the services around the broker (admin endpoint, TLS, WebSocket, security,
+    metrics) are declared in config.service and inherited.
+    """
 
     host: str = prop(
         "imq.hostname",

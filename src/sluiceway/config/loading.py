@@ -17,6 +17,7 @@ from sluiceway.config.destination import (
     autocreate_defaults,
 )
 from sluiceway.config.properties import PropertyInfo, format_default
+from sluiceway.config.service import ServiceConfig
 from sluiceway.errors import ConfigError
 from sluiceway.javaprops import load_properties
 from sluiceway.naming import SYSTEM_PREFIX, DestinationKind, validate_name
@@ -25,7 +26,10 @@ from sluiceway.naming import SYSTEM_PREFIX, DestinationKind, validate_name
 def _broker_properties() -> dict[str, tuple[str, PropertyInfo]]:
     """Broker property name -> (BrokerConfig field name, declaration)."""
     table: dict[str, tuple[str, PropertyInfo]] = {}
-    for f in dataclasses.fields(BrokerConfig):
+    service = {f.name for f in dataclasses.fields(ServiceConfig)}
+    # The broker's own properties first, then those of the services around it (for the reference).
+    fields = sorted(dataclasses.fields(BrokerConfig), key=lambda f: f.name in service)
+    for f in fields:
         info = f.metadata.get("property")
         if isinstance(info, PropertyInfo):
             table[info.name] = (f.name, info)
@@ -173,6 +177,75 @@ def change_settings(
         field_name, info = _destination_property(prop_name, kind, prop_name)
         fields[field_name] = _parse_value(prop_name, info, text)
     return dataclasses.replace(settings, **fields)
+
+
+# Broker properties `update bkr` may change while the broker runs (they are read where they are
+# used); the others (ports, the data directory, the store...) need a restart.
+RUNTIME_PROPERTIES: Final = frozenset(
+    {
+        "imq.system.max_count",
+        "imq.system.max_size",
+        "imq.message.max_size",
+        "imq.message.expiration.interval",
+        "imq.autocreate.queue",
+        "imq.autocreate.topic",
+        "imq.log.level",
+        "imq.throttling.server.threshold",
+        "imq.throttling.destination.threshold",
+        "imq.throttling.lag",
+        "imq.producer.hold.timeout",
+        "imq.producer.hold.max_messages",
+        "imq.producer.hold.max_bytes",
+        "imq.destination.DMQ.truncateBody",
+        "imq.destination.logDeadMsgs",
+        "imq.memory.budget",
+        "imq.yellow.threshold",
+        "imq.orange.threshold",
+        "imq.red.threshold",
+        "imq.green.count",
+        "imq.yellow.count",
+        "imq.orange.count",
+        "imq.red.count",
+        "imq.memory.hysteresis",
+        "imq.transaction.producer.maxNumMsgs",
+        "imq.transaction.consumer.maxNumMsgs",
+        "imq.stomp.max_subscriptions",
+        "imq.stomp.max_transactions",
+        "imq.stomp.stalled.reclaim",
+    }
+)
+
+
+def update_config(config: BrokerConfig, changes: Mapping[str, str]) -> BrokerConfig:
+    """`config` with `changes` applied, as `update bkr -o name=value` does: only properties in
+    RUNTIME_PROPERTIES and the `imq.autocreate.*` destination defaults. Raises ConfigError
+    naming the first unknown, fixed or badly valued property."""
+    broker: dict[str, Any] = {}
+    autocreate: dict[DestinationKind, dict[str, Any]] = {}
+    for name, text in changes.items():
+        if name in AUTOCREATE_PROPERTIES:
+            kinds, field_name, info = AUTOCREATE_PROPERTIES[name]
+            value = _parse_value(name, info, text)
+            for kind in kinds:
+                autocreate.setdefault(kind, {})[field_name] = value
+        elif name in RUNTIME_PROPERTIES:
+            field_name, info = BROKER_PROPERTIES[name]
+            broker[field_name] = _parse_value(name, info, text)
+        elif name in BROKER_PROPERTIES:
+            raise ConfigError(
+                name, f"{name} cannot be changed while the broker runs; set it and restart"
+            )
+        else:
+            raise _unknown(name)
+    updated = dataclasses.replace(config, **broker)
+    for kind, fields in autocreate.items():
+        settings = dataclasses.replace(updated.autocreate_settings(kind), **fields)
+        if kind is DestinationKind.QUEUE:
+            updated = dataclasses.replace(updated, autocreate_queue_settings=settings)
+        else:
+            updated = dataclasses.replace(updated, autocreate_topic_settings=settings)
+    _check_consistency(updated)
+    return updated
 
 
 def _check_consistency(config: BrokerConfig) -> None:

@@ -12,7 +12,13 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping
 
-from sluiceway.config import BrokerConfig, DestinationSettings, LimitBehavior, change_settings
+from sluiceway.config import (
+    BrokerConfig,
+    DestinationSettings,
+    LimitBehavior,
+    change_settings,
+    update_config,
+)
 from sluiceway.core.clock import Clock, SystemClock
 from sluiceway.core.connection import CoreConnection
 from sluiceway.core.context import Context
@@ -216,6 +222,25 @@ class Broker:
         self.producers.settle()
 
     # -- administration (the core API the admin tools use) --------------------------------------
+
+    def update_properties(self, properties: Mapping[str, str]) -> BrokerConfig:
+        """Change broker properties at run time (`update bkr -o name=value`): the system limits,
+        throttling, memory levels, hold settings, auto-create defaults and the log level."""
+        try:
+            config = update_config(self.config, properties)
+        except ConfigError as exc:
+            raise BadRequest("bad broker property", str(exc)) from None
+        self.config = config
+        self.registry.configure(config)
+        self.producers.configure(config)
+        policy = level_policy(config)
+        self.ledger.policy = policy
+        if self.ledger.threshold:  # swapping is on: the swap point may follow the budget
+            self.ledger.threshold = swap_point(config, policy)
+        logging.getLogger("sluiceway").setLevel(config.log_level)
+        log.info("broker properties updated: %s", dict(properties))
+        self.producers.settle()
+        return config
 
     def destination(self, name: DestinationName) -> Destination:
         destination = self.registry.get(name)

@@ -64,6 +64,8 @@ class CoreConnection:
         self._on_ready = on_ready
         self.outstanding = 0  # messages given to this connection's subscriptions, not consumed
         self.client_id: str | None = None  # from CONNECT; names durable subscriptions
+        self.user: str | None = None  # the authenticated login, if authentication is on
+        self.opened = self.clock.time_ms()
         self.writable = True
         self.unwritable_since: float | None = None
         self.closed = False

@@ -39,6 +39,7 @@ class DestinationStats:
         "discarded",
         "dropped",
         "expired",
+        "largest",
         "msgs_in",
         "msgs_out",
         "redelivered",
@@ -55,10 +56,12 @@ class DestinationStats:
         self.discarded = 0  # sent to a topic that had no subscriber
         self.dead = 0  # expired, evicted or delivered too often (to the DMQ with useDMQ)
         self.dropped = 0  # refused without telling the producer (non-persistent, no receipt)
+        self.largest = 0  # bytes of the largest body accepted
 
     def received(self, message: Message) -> None:
         self.msgs_in += 1
         self.bytes_in += len(message.body)
+        self.largest = max(self.largest, len(message.body))
 
     def delivered(self, message: Message) -> None:
         self.msgs_out += 1
@@ -98,7 +101,9 @@ class Destination:
         self.stats = DestinationStats()
         self._seq = 0  # the last sequence number handed out
         self._reserved = 0  # handed out up to here without a new reservation
-        self.held_count = 0  # messages held and not consumed (a queue's; see fullness())
+        # Messages held and not consumed: a queue's; a topic's copies (one per subscription or
+        # log holding it). A queue's limits count these; a topic's, its fullest backlog.
+        self.held_count = 0
         self.held_bytes = 0
         self.producers: set[int] = set()  # connection numbers that sent to it
         self.held_sends = 0  # SENDs to it held for producers (core.holding)
@@ -156,10 +161,14 @@ class Destination:
 
     def _took(self, message: Message) -> None:
         """One more message held (a queue's, or one topic subscription's or log's copy)."""
+        self.held_count += 1
+        self.held_bytes += len(message.body)
         self.context.system.add(len(message.body))
 
     def _let_go(self, message: Message) -> None:
         """A held message left: room for producers held by the limits."""
+        self.held_count -= 1
+        self.held_bytes -= len(message.body)
         self.context.system.remove(len(message.body))
         self.context.hooks.room(self)
 
@@ -256,16 +265,6 @@ class Queue(Destination):
         self._took(message)
         if self.consumers:
             self.dispatch()
-
-    def _took(self, message: Message) -> None:
-        super()._took(message)
-        self.held_count += 1
-        self.held_bytes += len(message.body)
-
-    def _let_go(self, message: Message) -> None:
-        self.held_count -= 1
-        self.held_bytes -= len(message.body)
-        super()._let_go(message)
 
     def finished(self, message: Message) -> None:
         """The message leaves the queue for good (consumed, dead, purged)."""

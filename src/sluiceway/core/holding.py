@@ -16,13 +16,18 @@ released, which slows a producer that does not wait for receipts by TCP back-pre
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from sluiceway.core.destination import Destination
 from sluiceway.core.message import Message
 from sluiceway.errors import BrokerError
+
+# Upper bounds (seconds) of the buckets of the hold-time histogram; one more bucket is unbounded.
+HOLD_BUCKETS: Final = (0.01, 0.1, 1.0, 10.0, 60.0, 300.0)
 
 # Called once when a held SEND is settled: None when the message was accepted, else the error.
 Outcome = Callable[[BrokerError | None], None]
@@ -115,3 +120,19 @@ class HeldProducer:
     since: float  # monotonic time its oldest held SEND was held
     held_sends: int
     held_bytes: int
+
+
+class HoldTimes:
+    """How long held SENDs waited before they were settled: a histogram over HOLD_BUCKETS."""
+
+    __slots__ = ("buckets", "count", "total")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(HOLD_BUCKETS) + 1)  # per bucket, not cumulative
+        self.count = 0
+        self.total = 0.0  # seconds
+
+    def observe(self, seconds: float) -> None:
+        self.buckets[bisect.bisect_left(HOLD_BUCKETS, seconds)] += 1
+        self.count += 1
+        self.total += seconds

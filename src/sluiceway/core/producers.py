@@ -22,10 +22,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sluiceway.config import LimitBehavior
+from sluiceway.config import BrokerConfig, LimitBehavior
 from sluiceway.core import dmq
 from sluiceway.core.destination import Destination
-from sluiceway.core.holding import HeldProducer, HeldSend
+from sluiceway.core.holding import HeldProducer, HeldSend, HoldTimes
 from sluiceway.core.limits import (
     Admission,
     Fullness,
@@ -51,25 +51,30 @@ class ProducerControl:
     """Admission, holding and release of the messages producers send."""
 
     def __init__(self, broker: Broker) -> None:
-        config = broker.config
         self._broker = broker
-        self._config = config
         self._context = broker.context
         self._ledger = broker.ledger
         self._clock = broker.clock
-        self.throttle = Throttle(
-            config.throttling_server_threshold,
-            config.throttling_destination_threshold,
-            config.throttling_lag,
-        )
+        self.configure(broker.config)
         # Connections with held SENDs, in the order they were first held (insertion order).
         self._order: dict[CoreConnection, None] = {}
         self._throttled: set[Destination] = set()
         self._dirty = False  # something changed that may let held SENDs go
         self._settling = False
-        self._hold_timeout = config.hold_timeout_ms / 1000
+        self.hold_times = HoldTimes()
         self._context.hooks.room = self._room
         self._context.hooks.dead = self._dead
+
+    def configure(self, config: BrokerConfig) -> None:
+        """Take the limits, throttling and hold settings of `config` (at start, `update bkr`)."""
+        self._config = config
+        self.throttle = Throttle(
+            config.throttling_server_threshold,
+            config.throttling_destination_threshold,
+            config.throttling_lag,
+        )
+        self._hold_timeout = config.hold_timeout_ms / 1000
+        self._dirty = True
 
     # -- producing -----------------------------------------------------------------------------
 
@@ -295,6 +300,7 @@ class ProducerControl:
         """`send` leaves the holding area (released, refused, or dropped)."""
         self._ledger.remove(message_cost(send.message.size))
         send.destination.held_sends -= 1
+        self.hold_times.observe(self._clock.monotonic() - send.since)
 
     def _waiting_for(self, destination: Destination) -> BrokerError | None:
         """Why a held SEND waits for `destination` itself (not behind another one), if any."""

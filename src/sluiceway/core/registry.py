@@ -38,6 +38,10 @@ class DestinationRegistry:
         self._destinations[name] = destination
         return destination
 
+    def configure(self, config: BrokerConfig) -> None:
+        """Take new auto-create settings (`update bkr`); existing destinations keep theirs."""
+        self._config = config
+
     def remove(self, name: DestinationName) -> None:
         del self._destinations[name]
 

@@ -55,6 +55,7 @@ class Subscription:
         "ack_mode",
         "active",
         "connection",
+        "delivered",
         "destination",
         "flow",
         "id",
@@ -89,6 +90,7 @@ class Subscription:
         self.unacked: dict[str, Message] = {}  # written, not consumed; in delivery order
         self.active = True
         self.paused_since: float | None = None  # monotonic time the window was used up
+        self.delivered = 0  # messages written to it (redeliveries included)
         self._setup()
 
     def _setup(self) -> None:
@@ -129,6 +131,7 @@ class Subscription:
     def write(self, message: Message) -> Delivery:
         """`message`, taken from `staged`, is being written to the client."""
         count = self.count_delivery(message)
+        self.delivered += 1
         self.destination.stats.delivered(message)
         if self.ack_mode is AckMode.AUTO:
             self.consumed((message,))

@@ -38,6 +38,7 @@ class ConnectionInfo:
     """A snapshot of one connection, for operators and tests."""
 
     number: int  # the core connection number (0 before CONNECT)
+    service: str  # the listener that carries it: stomp, stomp-tls, ws
     peer: str
     state: str
     version: str | None
@@ -51,6 +52,27 @@ class ConnectionInfo:
     tcp_nodelay: bool
     send_buffer: int  # kernel SO_SNDBUF, bytes
     receive_buffer: int  # kernel SO_RCVBUF, bytes
+
+
+@dataclass
+class Traffic:
+    """What one connection (or, summed, one listener) carried: bytes and frames each way, and
+    of the frames, messages (SEND in, MESSAGE out)."""
+
+    bytes_in: int = 0
+    bytes_out: int = 0
+    frames_in: int = 0
+    frames_out: int = 0
+    msgs_in: int = 0
+    msgs_out: int = 0
+
+    def add(self, other: Traffic) -> None:
+        self.bytes_in += other.bytes_in
+        self.bytes_out += other.bytes_out
+        self.frames_in += other.frames_in
+        self.frames_out += other.frames_out
+        self.msgs_in += other.msgs_in
+        self.msgs_out += other.msgs_out
 
 
 class StompProtocol(asyncio.Protocol):
@@ -69,6 +91,7 @@ class StompProtocol(asyncio.Protocol):
         self._closed = False
         self._last_read = self._last_write = self._loop.time()
         self._timers: dict[str, asyncio.TimerHandle] = {}  # one per purpose, re-armed in place
+        self.traffic = Traffic()
 
     # -- asyncio callbacks -----------------------------------------------------------------------
 
@@ -107,6 +130,7 @@ class StompProtocol(asyncio.Protocol):
         session = self.session
         assert session is not None
         self._last_read = self._loop.time()
+        self.traffic.bytes_in += len(data)
         was_connected = session.state is SessionState.CONNECTED
         session.receive_data(data)
         if not was_connected and session.state is SessionState.CONNECTED:
@@ -190,6 +214,7 @@ class StompProtocol(asyncio.Protocol):
         # No frame leaves before the journal records it depends on are written.
         self._server.flush_store()
         transport.write(data)
+        self.traffic.bytes_out += len(data)
         self._last_write = self._loop.time()
 
     def flush_control(self) -> None:
@@ -328,6 +353,7 @@ class StompProtocol(asyncio.Protocol):
         sock = transport.get_extra_info("socket") if transport is not None else None
         return ConnectionInfo(
             number=core.number if core is not None else 0,
+            service=self._server.name,
             peer=session.peer if session is not None else "?",
             state=session.state.value if session is not None else "opening",
             version=session.version.value if session and session.version else None,
@@ -342,6 +368,15 @@ class StompProtocol(asyncio.Protocol):
             send_buffer=_sockopt(sock, socket.SOL_SOCKET, socket.SO_SNDBUF),
             receive_buffer=_sockopt(sock, socket.SOL_SOCKET, socket.SO_RCVBUF),
         )
+
+    def traffic_now(self) -> Traffic:
+        """This connection's traffic so far (frames and messages as its session counted them)."""
+        traffic = Traffic(self.traffic.bytes_in, self.traffic.bytes_out)
+        session = self.session
+        if session is not None:
+            traffic.frames_in, traffic.frames_out = session.frames_in, session.frames_out
+            traffic.msgs_in, traffic.msgs_out = session.sends_in, session.messages_out
+        return traffic
 
     @property
     def write_buffer_size(self) -> int:

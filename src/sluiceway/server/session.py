@@ -96,6 +96,8 @@ class StompSession:
         # a RECEIPT with a status, and the connection stays open (an extension of this broker).
         self.failed_receipts = False
         self._disconnect_receipt: str | None = None  # DISCONNECT waiting for held SENDs
+        # Traffic, for the metrics: frames each way, SENDs handled and MESSAGEs written.
+        self.frames_in = self.frames_out = self.sends_in = self.messages_out = 0
         self._on_ready = on_ready
         # Called when something settled outside this session's own input (a held SEND was
         # accepted or refused): control frames to write, and maybe input to read again.
@@ -148,6 +150,7 @@ class StompSession:
                 return
             if event is not HEARTBEAT:
                 assert isinstance(event, Frame)
+                self.frames_in += 1
                 self._handle(event)
 
     @property
@@ -173,6 +176,7 @@ class StompSession:
         return bool(self._control)
 
     def _queue(self, data: bytes, lsn: int = 0) -> None:
+        self.frames_out += 1
         self._control.append((lsn, data))
 
     def take_payload(self, max_frames: int) -> tuple[bytes, int]:
@@ -185,6 +189,8 @@ class StompSession:
             return b"", 0
         version = self.version
         assert version is not None
+        self.frames_out += len(deliveries)
+        self.messages_out += len(deliveries)
         return b"".join([message_frame(d, version) for d in deliveries]), len(deliveries)
 
     @property
@@ -331,6 +337,7 @@ class StompSession:
         return None
 
     def _on_send(self, frame: Frame) -> Extra:
+        self.sends_in += 1
         request = h.send_request(frame, self.broker.config.max_header_count)
         receipt = frame.headers.get("receipt")
         sent = self._connection().send(

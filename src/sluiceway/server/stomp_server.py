@@ -1,34 +1,39 @@
-"""The STOMP listener: accepts connections, runs the core's periodic tick, shuts down cleanly."""
+"""A STOMP listener (plain TCP or TLS): accepts connections, holds them, shuts them down cleanly.
+
+The broker's periodic tick and the other services live in server.services.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import socket
+import ssl
 from typing import Final
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
-from sluiceway.server.connection import ConnectionInfo, StompProtocol
+from sluiceway.server.connection import ConnectionInfo, StompProtocol, Traffic
 
 log = logging.getLogger(__name__)
 
-TICK_INTERVAL_S: Final = 1.0  # expiry sweeps and stalled-connection checks run at most this often
 SHUTDOWN_GRACE_S: Final = 5.0  # how long stop() waits for connections to finish closing
 
 
 class StompServer:
-    """Serves one Broker over STOMP on TCP."""
+    """Serves one Broker over STOMP on one TCP port, with TLS when given an SSL context."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, name: str = "stomp") -> None:
         self.broker = broker
+        self.name = name  # the service's name in metrics: stomp, stomp-tls
         self.config: BrokerConfig = broker.config
         self._server: asyncio.Server | None = None
         self._connections: set[StompProtocol] = set()
         self._all_closed = asyncio.Event()
         self._all_closed.set()
-        self._tick: asyncio.TimerHandle | None = None
         self._waiting_sync: set[StompProtocol] = set()  # connections holding frames for a sync
+        self._closed_traffic = Traffic()  # what connections that have closed carried
+        self.connections_closed = 0
 
     @property
     def address(self) -> tuple[str, int]:
@@ -46,14 +51,26 @@ class StompServer:
         """A snapshot of every open connection."""
         return [protocol.info() for protocol in self._connections]
 
-    async def start(self) -> None:
+    def traffic(self) -> Traffic:
+        """Everything this listener carried since it started, open connections included."""
+        total = Traffic()
+        total.add(self._closed_traffic)
+        for protocol in self._connections:
+            total.add(protocol.traffic_now())
+        return total
+
+    async def start(
+        self, host: str | None = None, port: int | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """Listen on `host`:`port` (default: imq.hostname and imq.stomp.tcp.port)."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: StompProtocol(self),
-            host=self.config.host,
-            port=self.config.stomp_port,
+            host=self.config.host if host is None else host,
+            port=self.config.stomp_port if port is None else port,
             reuse_address=True,
             backlog=1024,
+            ssl=tls,
         )
         for sock in self._server.sockets:
             # Accepted sockets inherit these buffer sizes from the listening socket.
@@ -61,17 +78,11 @@ class StompServer:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.tcp_inbufsz)
             if self.config.tcp_outbufsz:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.tcp_outbufsz)
-        self._tick = loop.call_later(TICK_INTERVAL_S, self._on_tick)
 
-    def _on_tick(self) -> None:
-        try:
-            # The bytes waiting in write buffers count against the memory budget too.
-            self.broker.ledger.external = sum(p.write_buffer_size for p in self._connections)
-            self.broker.tick()
-            self.flush_store()
-        except Exception:  # the tick must survive a bug in one sweep
-            log.exception("periodic broker work failed")
-        self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._on_tick)
+    @property
+    def write_buffered(self) -> int:
+        """Bytes waiting in this listener's connections' write buffers."""
+        return sum(protocol.write_buffer_size for protocol in self._connections)
 
     def flush_store(self) -> None:
         """Hand journal records appended so far to the operating system."""
@@ -93,6 +104,9 @@ class StompServer:
         self._all_closed.clear()
 
     def connection_closed(self, protocol: StompProtocol) -> None:
+        if protocol in self._connections:
+            self._closed_traffic.add(protocol.traffic_now())
+            self.connections_closed += 1
         self._connections.discard(protocol)
         self._waiting_sync.discard(protocol)
         if not self._connections:
@@ -100,9 +114,6 @@ class StompServer:
 
     async def stop(self) -> None:
         """Stop accepting, tell every client the broker is going, and close them."""
-        if self._tick is not None:
-            self._tick.cancel()
-            self._tick = None
         if self._server is not None:
             self._server.close()
         for protocol in list(self._connections):
@@ -119,4 +130,3 @@ class StompServer:
                 protocol.abort()
         if self._server is not None:
             await self._server.wait_closed()
-        self.broker.close()

@@ -1,0 +1,400 @@
+"""The admin endpoint: an HTTP JSON API over the broker's core admin calls, on its own port.
+
+`sluiceway cmd` and the web console use it; every route is documented in admin/openapi.py.
+It runs on the broker's event loop, so a handler calls the core directly. With authentication on
+(imq.authentication.enabled) every request needs HTTP Basic credentials of a user in the `admin`
+group (401 without valid credentials, 403 for other users); without it, the broker refuses to
+bind to anything but loopback (server.services.check_exposure).
+
+Requests that change something (POST, PATCH, DELETE) must say `Content-Type: application/json`:
+a page on another site cannot send that without the browser asking first, so a logged-in
+browser cannot be made to pause or purge a destination by a link or a form elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from aiohttp import BasicAuth, web
+
+from sluiceway.admin import model
+from sluiceway.core.broker import PauseTarget
+from sluiceway.errors import BadRequest, BrokerError, Forbidden, NotFound, Status, Unauthorized
+from sluiceway.naming import DestinationKind, DestinationName, validate_name
+from sluiceway.security.users import ANONYMOUS, Authenticator, Principal, users_path
+from sluiceway.server.tls import server_context
+
+if TYPE_CHECKING:
+    from sluiceway.server.services import Services
+
+log = logging.getLogger(__name__)
+
+API: Final = "/api/v1"
+# Open MQ status -> HTTP status: a full broker is "unavailable", a too-large entity 413.
+_HTTP_STATUS: Final = {
+    Status.BAD_REQUEST: 400,
+    Status.UNAUTHORIZED: 401,
+    Status.FORBIDDEN: 403,
+    Status.NOT_FOUND: 404,
+    Status.CONFLICT: 409,
+    Status.RESOURCE_FULL: 503,
+    Status.ENTITY_TOO_LARGE: 413,
+    Status.INTERNAL: 500,
+}
+_KINDS: Final = {
+    "queue": DestinationKind.QUEUE,
+    "q": DestinationKind.QUEUE,
+    "topic": DestinationKind.TOPIC,
+    "t": DestinationKind.TOPIC,
+}
+_MUTATING: Final = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(error: BrokerError) -> web.Response:
+    body = {"error": error.summary, "detail": str(error), "status": int(error.status)}
+    for key in ("destination", "limit", "limit_value"):
+        value = getattr(error, key)
+        if value is not None:
+            body[key] = value
+    response = web.json_response(body, status=_HTTP_STATUS.get(error.status, 500))
+    if error.status is Status.UNAUTHORIZED:
+        response.headers["WWW-Authenticate"] = 'Basic realm="sluiceway", charset="UTF-8"'
+    return response
+
+
+def json_response(value: Any, status: int = 200) -> web.Response:
+    return web.json_response(model.to_json(value), status=status)
+
+
+class AdminServer:
+    """Serves the admin API (and whatever else registers routes: console, /metrics)."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.broker = services.broker
+        self.config = services.config
+        self.started = time.time()
+        self.authenticator: Authenticator | None = None
+        if self.config.authentication:
+            self.authenticator = Authenticator(users_path(self.config))
+        self.app = web.Application(middlewares=[self._errors, self._security])
+        self._routes()
+        self._runner: web.AppRunner | None = None
+        self._address: tuple[str, int] = ("", 0)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._address
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.config.admin_tls else "http"
+
+    async def start(self) -> None:
+        config = self.config
+        sock = socket.create_server((config.host, config.admin_port), reuse_port=False)
+        self._address = sock.getsockname()[:2]
+        tls = server_context(config) if config.admin_tls else None
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock, ssl_context=tls).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- middlewares ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except BrokerError as exc:
+            if exc.status is not Status.UNAUTHORIZED:
+                log.info("admin %s %s refused: %s", request.method, request.path, exc)
+            return error_response(exc)
+
+    @web.middleware
+    async def _security(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        principal = self.authenticate(request)
+        if not principal.is_admin:
+            log.warning(
+                "admin request %s %s by %r refused: not an administrator",
+                request.method,
+                request.path,
+                principal.user,
+            )
+            raise Forbidden(
+                "not an administrator",
+                f"user {principal.user!r} is not in the admin group; the admin API is for "
+                "administrators only",
+            )
+        if request.method in _MUTATING and request.content_type != "application/json":
+            raise BadRequest(
+                "JSON required",
+                f"a {request.method} request must have Content-Type: application/json",
+            )
+        request["principal"] = principal
+        return await handler(request)
+
+    def authenticate(self, request: web.Request) -> Principal:
+        """The request's principal; raises Unauthorized for missing or wrong credentials."""
+        if self.authenticator is None:
+            return ANONYMOUS
+        header = request.headers.get("Authorization", "")
+        try:
+            auth = BasicAuth.decode(header) if header else None
+        except ValueError:
+            auth = None
+        principal = (
+            self.authenticator.authenticate(auth.login, auth.password) if auth is not None else None
+        )
+        if principal is None:
+            who = auth.login if auth is not None else "nobody"
+            log.warning(
+                "admin request from %s refused: bad credentials for %r", request.remote, who
+            )
+            raise Unauthorized(
+                "authentication required",
+                "the admin API needs the user name and password of an administrator "
+                "(HTTP Basic)" + (f": user {auth.login!r} was not accepted" if auth else ""),
+            )
+        return principal
+
+    # -- routes --------------------------------------------------------------------------------
+
+    def _routes(self) -> None:
+        add = self.app.router
+        add.add_get(f"{API}/broker", self.get_broker)
+        add.add_patch(f"{API}/broker", self.patch_broker)
+        add.add_get(f"{API}/destinations", self.list_destinations)
+        add.add_post(f"{API}/destinations", self.create_destination)
+        add.add_post(f"{API}/destinations/pause", self.pause_all)
+        add.add_post(f"{API}/destinations/resume", self.resume_all)
+        add.add_post(f"{API}/destinations/compact", self.compact_all)
+        one = f"{API}/destinations/{{type}}/{{name}}"
+        add.add_get(one, self.get_destination)
+        add.add_patch(one, self.patch_destination)
+        add.add_delete(one, self.delete_destination)
+        add.add_post(f"{one}/pause", self.pause_destination)
+        add.add_post(f"{one}/resume", self.resume_destination)
+        add.add_post(f"{one}/purge", self.purge_destination)
+        add.add_post(f"{one}/compact", self.compact_destination)
+        add.add_get(f"{API}/connections", self.list_connections)
+        add.add_get(f"{API}/consumers", self.list_consumers)
+        add.add_get(f"{API}/producers", self.list_producers)
+        add.add_get(f"{API}/durables", self.list_durables)
+        add.add_delete(f"{API}/durables/{{client_id}}/{{name}}", self.delete_durable)
+        add.add_get(f"{API}/metrics/broker", self.broker_metrics)
+        add.add_get(f"{API}/metrics/services", self.service_metrics)
+        add.add_get(f"{one.replace('destinations', 'metrics/destinations')}", self.dest_metrics)
+
+    async def get_broker(self, request: web.Request) -> web.Response:
+        return json_response(model.broker_snapshot(self.broker, self.services, self.started))
+
+    async def patch_broker(self, request: web.Request) -> web.Response:
+        properties = _properties(await _body(request))
+        self.broker.update_properties(properties)
+        self._audit(request, "update bkr", properties)
+        return json_response(model.broker_snapshot(self.broker, self.services, self.started))
+
+    async def list_destinations(self, request: web.Request) -> web.Response:
+        kind = request.query.get("type")
+        found = model.list_destinations(self.broker, _kind(kind) if kind else None)
+        return json_response([model.destination_summary(d) for d in found])
+
+    async def create_destination(self, request: web.Request) -> web.Response:
+        body = await _body(request)
+        name = _name(str(body.get("type", "")), str(body.get("name", "")))
+        properties = _properties(body)
+        destination = self.broker.create_destination(name, properties)
+        self._audit(request, f"create dst {name}", properties)
+        return json_response(self._detail(destination.name), status=201)
+
+    async def get_destination(self, request: web.Request) -> web.Response:
+        return json_response(self._detail(_path_name(request)))
+
+    async def patch_destination(self, request: web.Request) -> web.Response:
+        name = _path_name(request)
+        properties = _properties(await _body(request))
+        self.broker.update_destination(name, properties)
+        self._audit(request, f"update dst {name}", properties)
+        return json_response(self._detail(name))
+
+    async def delete_destination(self, request: web.Request) -> web.Response:
+        name = _path_name(request)
+        self.broker.destroy_destination(name)
+        self._audit(request, f"destroy dst {name}")
+        return web.json_response({"destroyed": name.path})
+
+    async def pause_destination(self, request: web.Request) -> web.Response:
+        name = _path_name(request)
+        target = _target(await _body(request))
+        self.broker.pause(name, target)
+        self._audit(request, f"pause dst {name} {target.value}")
+        return json_response(self._detail(name))
+
+    async def resume_destination(self, request: web.Request) -> web.Response:
+        name = _path_name(request)
+        target = _target(await _body(request))
+        self.broker.resume(name, target)
+        self._audit(request, f"resume dst {name} {target.value}")
+        return json_response(self._detail(name))
+
+    async def pause_all(self, request: web.Request) -> web.Response:
+        target = _target(await _body(request))
+        names = [d.name for d in self.broker.registry if not d.is_dmq]
+        for name in names:
+            self.broker.pause(name, target)
+        self._audit(request, f"pause dst (all) {target.value}")
+        return web.json_response({"paused": [n.path for n in names], "target": target.value})
+
+    async def resume_all(self, request: web.Request) -> web.Response:
+        target = _target(await _body(request))
+        names = [d.name for d in self.broker.registry if not d.is_dmq]
+        for name in names:
+            self.broker.resume(name, target)
+        self._audit(request, f"resume dst (all) {target.value}")
+        return web.json_response({"resumed": [n.path for n in names], "target": target.value})
+
+    async def purge_destination(self, request: web.Request) -> web.Response:
+        name = _path_name(request)
+        count = self.broker.purge(name)
+        self._audit(request, f"purge dst {name}")
+        return web.json_response({"purged": count, "destination": name.path})
+
+    async def compact_destination(self, request: web.Request) -> web.Response:
+        name = _path_name(request)
+        destination = self.broker.destination(name)
+        if not (destination.paused_producers and destination.paused_consumers):
+            raise BadRequest(
+                "destination not paused",
+                f"compact dst needs {name} paused first (pause dst, as in Open MQ); the journal "
+                "it compacts is shared by every destination",
+            )
+        return await self.compact_all(request)
+
+    async def compact_all(self, request: web.Request) -> web.Response:
+        deleted, compacted = self.broker.compact()
+        self._audit(request, "compact dst")
+        return web.json_response({"segments_deleted": deleted, "segments_compacted": compacted})
+
+    async def list_connections(self, request: web.Request) -> web.Response:
+        return json_response(model.connections(self.broker, self.services))
+
+    async def list_consumers(self, request: web.Request) -> web.Response:
+        return json_response(model.consumers(self.broker))
+
+    async def list_producers(self, request: web.Request) -> web.Response:
+        return json_response(self.broker.producers.held())
+
+    async def list_durables(self, request: web.Request) -> web.Response:
+        return json_response(model.durables(self.broker))
+
+    async def delete_durable(self, request: web.Request) -> web.Response:
+        client_id, name = request.match_info["client_id"], request.match_info["name"]
+        self.broker.remove_durable(client_id, name)
+        self._audit(request, f"destroy dur {name} of client {client_id}")
+        return web.json_response({"destroyed": name, "client_id": client_id})
+
+    async def broker_metrics(self, request: web.Request) -> web.Response:
+        sampler = self.services.metrics
+        msgs_in, msgs_out, bytes_in, bytes_out = sampler.broker_totals()
+        ledger = self.broker.ledger
+        return web.json_response(
+            {
+                "totals": {
+                    "msgs_in": msgs_in,
+                    "msgs_out": msgs_out,
+                    "bytes_in": bytes_in,
+                    "bytes_out": bytes_out,
+                },
+                "rates": model.to_json(sampler.broker_rates()),
+                "connections": len(self.broker.connections),
+                "msgs": self.broker.context.system.count,
+                "msg_bytes": self.broker.context.system.bytes,
+                "memory": {"level": ledger.level.name, "used": ledger.used, "peak": ledger.peak},
+                "disk_bytes": self.broker.store.disk_bytes(),
+            }
+        )
+
+    async def service_metrics(self, request: web.Request) -> web.Response:
+        return json_response(self.services.metrics.service_trends())
+
+    async def dest_metrics(self, request: web.Request) -> web.Response:
+        name = _path_name(request)
+        trend = self.services.metrics.destination_trend(name)
+        if trend is None:
+            raise NotFound("no such destination", f"destination {name} does not exist")
+        return json_response(trend)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _detail(self, name: DestinationName) -> model.DestinationDetail:
+        destination = self.broker.destination(name)
+        trend = self.services.metrics.destination_trend(name)
+        return model.destination_detail(self.broker, destination, trend)
+
+    def _audit(self, request: web.Request, action: str, properties: object = None) -> None:
+        principal: Principal = request["principal"]
+        extra = f" {properties}" if properties else ""
+        log.info("admin %s: %s%s", principal.user or "(local)", action, extra)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = json.loads(await request.text() or "{}")
+    except json.JSONDecodeError as exc:
+        raise BadRequest("malformed JSON", f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("malformed JSON", "the request body must be a JSON object")
+    return body
+
+
+def _properties(body: dict[str, Any]) -> dict[str, str]:
+    properties = body.get("properties", {})
+    if not isinstance(properties, dict):
+        raise BadRequest("bad properties", '"properties" must be an object of name: value')
+    return {
+        str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in properties.items()
+    }
+
+
+def _kind(text: str) -> DestinationKind:
+    kind = _KINDS.get(text.lower())
+    if kind is None:
+        raise BadRequest(
+            "bad destination type", f"destination type {text!r}: use queue (q) or topic (t)"
+        )
+    return kind
+
+
+def _name(kind: str, name: str) -> DestinationName:
+    try:
+        validate_name(name)
+    except ValueError as exc:
+        raise BadRequest("bad destination name", str(exc)) from None
+    return DestinationName(_kind(kind), name)
+
+
+def _path_name(request: web.Request) -> DestinationName:
+    return _name(request.match_info["type"], request.match_info["name"])
+
+
+def _target(body: dict[str, Any]) -> PauseTarget:
+    text = str(body.get("target", "ALL")).upper()
+    try:
+        return PauseTarget(text)
+    except ValueError:
+        raise BadRequest(
+            "bad pause target", f"pause target {text!r}: use PRODUCERS, CONSUMERS or ALL"
+        ) from None

@@ -1,0 +1,390 @@
+"""What operators see: snapshots of the broker's state, as plain values for the API and the CLI.
+
+Each snapshot is a frozen dataclass of JSON-able fields, named after the imqcmd columns where
+Open MQ has one (`list dst`: Name, Type, State, Producers, Consumers, Msgs Count, UnAck, Avg
+Size...). Snapshots are read on the broker's event loop and never hold references into it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sluiceway import __version__
+from sluiceway.config import BROKER_PROPERTIES, DESTINATION_PROPERTIES
+from sluiceway.config.properties import format_default
+from sluiceway.core.broker import Broker
+from sluiceway.core.destination import Destination, Queue, Topic
+from sluiceway.core.dmq import DMQ_NAME
+from sluiceway.core.durable import DurableSubscription
+from sluiceway.core.memory import MemoryLevel
+from sluiceway.core.subscription import QueueSubscription, Subscription
+from sluiceway.naming import DestinationKind
+
+if TYPE_CHECKING:
+    from sluiceway.admin.metrics import DestinationTrend
+    from sluiceway.server.services import Services
+
+
+def to_json(value: Any) -> Any:
+    """A snapshot (or a list of them) as JSON-able data."""
+    if isinstance(value, list):
+        return [to_json(item) for item in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
+
+
+def destination_state(destination: Destination) -> str:
+    """Open MQ's destination states: RUNNING, PAUSED, PRODUCERS_PAUSED, CONSUMERS_PAUSED."""
+    if destination.paused_producers and destination.paused_consumers:
+        return "PAUSED"
+    if destination.paused_producers:
+        return "PRODUCERS_PAUSED"
+    if destination.paused_consumers:
+        return "CONSUMERS_PAUSED"
+    return "RUNNING"
+
+
+def subscriptions_of(destination: Destination) -> list[Subscription]:
+    """The consumers attached to `destination` (queue consumers and backups, topic subscribers
+    and attached durable subscribers); browsers are not consumers."""
+    if isinstance(destination, Queue):
+        return [*destination.consumers, *destination.backups]
+    assert isinstance(destination, Topic)
+    attached = [s.active for s in destination.durables.values() if s.active is not None]
+    return [*destination.subscribers, *attached]
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Counters since the destination was created."""
+
+    msgs_in: int
+    msgs_out: int
+    bytes_in: int
+    bytes_out: int
+    consumed: int
+    redelivered: int
+    expired: int
+    dead: int
+    dropped: int
+    discarded: int
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationSummary:
+    """One row of `list dst`."""
+
+    name: str
+    type: str  # queue | topic
+    path: str
+    state: str
+    throttled: bool
+    producers: int
+    consumers: int
+    active_consumers: int
+    backup_consumers: int
+    msgs: int  # held: waiting, being delivered, unacknowledged (a topic: copies)
+    pending: int  # waiting for a consumer
+    unacked: int
+    msg_bytes: int
+    avg_size: float
+    held_sends: int  # SENDs held for producers of it
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationDetail:
+    """`query dst`: the summary, every property, counters, flow-control state."""
+
+    summary: DestinationSummary
+    properties: dict[str, str]  # Open MQ property name -> value
+    totals: Totals
+    durables: int
+    paused_consumers: list[ConsumerSnapshot]  # by flow control: window used up
+    held_producers: list[dict[str, Any]]
+    trend: DestinationTrend | None  # peaks, averages, rates (from the metrics sampler)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSnapshot:
+    connection: int
+    id: str
+    destination: str
+    ack: str
+    selector: str
+    durable: str  # the durable subscription's name, or ""
+    backup: bool
+    window_limit: int  # -1: unlimited
+    outstanding: int  # given to it and not consumed
+    staged: int  # given and not yet written
+    unacked: int
+    delivered: int
+    flow_paused_for: float | None  # seconds its window has been used up, or None
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSnapshot:
+    """One row of `list cxn`."""
+
+    id: int
+    service: str
+    peer: str
+    user: str
+    client_id: str
+    state: str
+    version: str
+    subscriptions: int
+    producers: int  # destinations it produces to
+    outstanding: int
+    held_sends: int
+    held_reason: str
+    write_buffer: int
+    reading_paused: bool
+    writing_paused: bool
+    connected_for: float  # seconds
+
+
+@dataclass(frozen=True, slots=True)
+class DurableSnapshot:
+    """One row of `list dur`."""
+
+    name: str
+    client_id: str
+    topic: str
+    selector: str
+    state: str  # ACTIVE | INACTIVE
+    backlog: int  # messages not yet delivered to it
+    unacked: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySnapshot:
+    level: str
+    used: int  # messages in memory, as the ledger counts them
+    external: int  # bytes waiting in write buffers
+    peak: int
+    budget: int
+    thresholds: dict[str, int]  # level -> percent
+    swap_point: int  # bytes; 0: never swap
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSnapshot:
+    """`query bkr`."""
+
+    version: str
+    instance: str
+    started: int  # ms since the epoch
+    uptime: float  # seconds
+    services: dict[str, str]  # name -> host:port
+    connections: int
+    destinations: int
+    msgs: int  # held in all destinations (imq.system.max_count counts these)
+    msg_bytes: int
+    dmq_msgs: int
+    dmq_bytes: int
+    held_producers: int
+    throttled: list[str]
+    memory: MemorySnapshot
+    store: str  # file | memory
+    disk_bytes: int
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+def destination_summary(destination: Destination) -> DestinationSummary:
+    subscriptions = subscriptions_of(destination)
+    backups = sum(1 for s in subscriptions if isinstance(s, QueueSubscription) and s.backup)
+    unacked = sum(len(s.unacked) for s in subscriptions)
+    msgs = destination.held_count
+    return DestinationSummary(
+        name=destination.name.name,
+        type=destination.name.kind.value,
+        path=destination.name.path,
+        state=destination_state(destination),
+        throttled=destination.throttled,
+        producers=len(destination.producers),
+        consumers=len(subscriptions),
+        active_consumers=len(subscriptions) - backups,
+        backup_consumers=backups,
+        msgs=msgs,
+        pending=destination.pending_count,
+        unacked=unacked,
+        msg_bytes=destination.held_bytes,
+        avg_size=round(destination.held_bytes / msgs, 1) if msgs else 0.0,
+        held_sends=destination.held_sends,
+    )
+
+
+def destination_properties(destination: Destination) -> dict[str, str]:
+    kind = destination.name.kind
+    settings = destination.settings
+    return {
+        name: format_default(getattr(settings, field_name))
+        for name, (field_name, info) in DESTINATION_PROPERTIES.items()
+        if kind in info.kinds
+    }
+
+
+def consumer_snapshot(subscription: Subscription, now: float) -> ConsumerSnapshot:
+    since = subscription.paused_since
+    window = subscription.window
+    return ConsumerSnapshot(
+        connection=subscription.connection.number,
+        id=subscription.id,
+        destination=subscription.destination.name.path,
+        ack=subscription.ack_mode.value,
+        selector=subscription.selector.text if subscription.selector is not None else "",
+        durable=subscription.state.record.name
+        if isinstance(subscription, DurableSubscription)
+        else "",
+        backup=isinstance(subscription, QueueSubscription) and subscription.backup,
+        window_limit=window.limit if window.limit > 0 else -1,
+        outstanding=window.outstanding,
+        staged=len(subscription.staged),
+        unacked=len(subscription.unacked),
+        delivered=subscription.delivered,
+        flow_paused_for=None if since is None else round(now - since, 3),
+    )
+
+
+def destination_detail(
+    broker: Broker, destination: Destination, trend: DestinationTrend | None = None
+) -> DestinationDetail:
+    stats = destination.stats
+    now = broker.clock.monotonic()
+    subscriptions = subscriptions_of(destination)
+    held = [
+        dataclasses.asdict(h)
+        for h in broker.producers.held()
+        if h.destination == destination.name.path
+    ]
+    durables = len(destination.durables) if isinstance(destination, Topic) else 0
+    return DestinationDetail(
+        summary=destination_summary(destination),
+        properties=destination_properties(destination),
+        totals=Totals(
+            msgs_in=stats.msgs_in,
+            msgs_out=stats.msgs_out,
+            bytes_in=stats.bytes_in,
+            bytes_out=stats.bytes_out,
+            consumed=stats.consumed,
+            redelivered=stats.redelivered,
+            expired=stats.expired,
+            dead=stats.dead,
+            dropped=stats.dropped,
+            discarded=stats.discarded,
+        ),
+        durables=durables,
+        paused_consumers=[
+            consumer_snapshot(s, now) for s in subscriptions if s.paused_since is not None
+        ],
+        held_producers=held,
+        trend=trend,
+    )
+
+
+def list_destinations(broker: Broker, kind: DestinationKind | None = None) -> list[Destination]:
+    """Destinations sorted by type then name; the dead message queue is always listed."""
+    found = [d for d in broker.registry if kind is None or d.name.kind is kind]
+    return sorted(found, key=lambda d: (d.name.kind.value, d.name.name))
+
+
+def consumers(broker: Broker) -> list[ConsumerSnapshot]:
+    now = broker.clock.monotonic()
+    return [
+        consumer_snapshot(s, now) for d in list_destinations(broker) for s in subscriptions_of(d)
+    ]
+
+
+def connections(broker: Broker, services: Services) -> list[ConnectionSnapshot]:
+    now_ms = broker.clock.time_ms()
+    rows = []
+    for info in services.connections():
+        core = broker.connections.get(info.number)
+        rows.append(
+            ConnectionSnapshot(
+                id=info.number,
+                service=info.service,
+                peer=info.peer,
+                user=(core.user or "") if core is not None else "",
+                client_id=(core.client_id or "") if core is not None else "",
+                state=info.state,
+                version=info.version or "",
+                subscriptions=info.subscriptions,
+                producers=len(core.produced_to) if core is not None else 0,
+                outstanding=info.outstanding,
+                held_sends=info.held_sends,
+                held_reason=info.held_reason or "",
+                write_buffer=info.write_buffer,
+                reading_paused=info.reading_paused,
+                writing_paused=info.writing_paused,
+                connected_for=round((now_ms - core.opened) / 1000, 3) if core is not None else 0.0,
+            )
+        )
+    return sorted(rows, key=lambda c: c.id)
+
+
+def durables(broker: Broker) -> list[DurableSnapshot]:
+    rows = []
+    for (client_id, name), topic in sorted(broker.durables.items()):
+        state = topic.durables[(client_id, name)]
+        active = state.active
+        backlog = topic.last_seq - state.cursor + 1 + len(state.redeliver)
+        rows.append(
+            DurableSnapshot(
+                name=name,
+                client_id=client_id,
+                topic=topic.name.path,
+                selector=state.record.selector,
+                state="ACTIVE" if active is not None else "INACTIVE",
+                backlog=max(0, backlog) + (len(active.staged) if active is not None else 0),
+                unacked=len(active.unacked) if active is not None else 0,
+            )
+        )
+    return rows
+
+
+def broker_snapshot(broker: Broker, services: Services, started: float) -> BrokerSnapshot:
+    ledger = broker.ledger
+    policy = ledger.policy
+    dmq = broker.registry.get(DMQ_NAME)
+    config = broker.config
+    return BrokerSnapshot(
+        version=__version__,
+        instance=broker.instance_id,
+        started=int(started * 1000),
+        uptime=round(time.time() - started, 3),
+        services={name: f"{host}:{port}" for name, (host, port) in services.addresses().items()},
+        connections=len(broker.connections),
+        destinations=len(broker.registry),
+        msgs=broker.context.system.count,
+        msg_bytes=broker.context.system.bytes,
+        dmq_msgs=dmq.held_count if dmq is not None else 0,
+        dmq_bytes=dmq.held_bytes if dmq is not None else 0,
+        held_producers=len(broker.producers.held()),
+        throttled=sorted(d.name.path for d in broker.registry if d.throttled),
+        memory=MemorySnapshot(
+            level=MemoryLevel(ledger.level).name,
+            used=ledger.used,
+            external=ledger.external,
+            peak=ledger.peak,
+            budget=policy.budget,
+            thresholds={level.name: policy.thresholds[level] for level in MemoryLevel},
+            swap_point=ledger.threshold,
+        ),
+        store=config.persist_store,
+        disk_bytes=broker.store.disk_bytes(),
+        properties=broker_properties(broker),
+    )
+
+
+def broker_properties(broker: Broker) -> dict[str, str]:
+    """Every broker property with its value in force, by its Open MQ name."""
+    config = broker.config
+    return {
+        name: format_default(getattr(config, field_name))
+        for name, (field_name, _) in BROKER_PROPERTIES.items()
+    }

@@ -1,0 +1,128 @@
+"""Properties of the services around the broker: the admin endpoint, TLS, STOMP over WebSocket,
+authentication and access control, and metrics. Open MQ's names where Open MQ has one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluiceway.config.properties import int_parser, parse_bool, prop, size_parser
+
+
+def parse_optional_path(text: str) -> str:
+    """A file path, or empty for "not set"."""
+    return text.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    """The operating side of the broker: what it serves besides plain STOMP, and who may use it."""
+
+    admin_port: int = prop(
+        "imq.admin.http.port",
+        int_parser(-1, 65535),
+        61680,
+        "TCP port of the admin endpoint: the HTTP JSON API that `sluiceway cmd` uses, the web "
+        "console, and /metrics for Prometheus (0: any free port; -1: no admin endpoint). It "
+        "binds to imq.hostname.",
+    )
+    admin_tls: bool = prop(
+        "imq.admin.tls",
+        parse_bool,
+        False,
+        "Serve the admin endpoint over HTTPS, with imq.tls.certfile and imq.tls.keyfile.",
+    )
+    tls_certfile: str = prop(
+        "imq.tls.certfile",
+        parse_optional_path,
+        "",
+        "PEM file with the broker's certificate (and its chain) for the TLS services.",
+    )
+    tls_keyfile: str = prop(
+        "imq.tls.keyfile",
+        parse_optional_path,
+        "",
+        "PEM file with the private key of imq.tls.certfile (empty: the key is in the certfile).",
+    )
+    stomp_tls_port: int = prop(
+        "imq.stomp.tls.port",
+        int_parser(-1, 65535),
+        -1,
+        "TCP port of STOMP over TLS, with imq.tls.certfile (0: any free port; -1: off).",
+    )
+    ws_port: int = prop(
+        "imq.stomp.ws.port",
+        int_parser(-1, 65535),
+        -1,
+        "TCP port of STOMP over WebSocket, for browser clients such as stomp.js; the endpoint is "
+        "/stomp, subprotocols v10.stomp, v11.stomp, v12.stomp (0: any free port; -1: off).",
+    )
+    ws_tls: bool = prop(
+        "imq.stomp.ws.tls",
+        parse_bool,
+        False,
+        "Serve STOMP over WebSocket with TLS (wss://), with imq.tls.certfile.",
+    )
+    authentication: bool = prop(
+        "imq.authentication.enabled",
+        parse_bool,
+        False,
+        "Check the login and passcode of every STOMP CONNECT, and the credentials of every admin "
+        "request, against the users file (imq.user_repository.file.filename). Required when "
+        "imq.hostname is not a loopback address, unless imq.authentication.insecure is true.",
+    )
+    insecure: bool = prop(
+        "imq.authentication.insecure",
+        parse_bool,
+        False,
+        "Allow running without authentication on a non-loopback address (anyone who can reach "
+        "the port may then produce, consume and administer).",
+    )
+    users_file: str = prop(
+        "imq.user_repository.file.filename",
+        parse_optional_path,
+        "",
+        "The users file: user names, salted password hashes and groups, managed with "
+        "`sluiceway cmd user` (empty: passwd in the data directory).",
+    )
+    access_control: bool = prop(
+        "imq.accesscontrol.enabled",
+        parse_bool,
+        True,
+        "With authentication, apply the access rules of imq.accesscontrol.file.filename to "
+        "connecting, producing, consuming, browsing and auto-creating destinations.",
+    )
+    access_file: str = prop(
+        "imq.accesscontrol.file.filename",
+        parse_optional_path,
+        "",
+        "The access rules, in Open MQ's accesscontrol.properties syntax (empty: "
+        "accesscontrol.properties in the data directory; without that file, every "
+        "authenticated user may use every destination, and the admin group administers).",
+    )
+    metrics_enabled: bool = prop(
+        "imq.metrics.enabled",
+        parse_bool,
+        True,
+        "Sample the broker's metrics (rates, peaks, averages) every imq.metrics.interval and keep "
+        "their history.",
+    )
+    metrics_interval_s: int = prop(
+        "imq.metrics.interval",
+        int_parser(minimum=1),
+        10,
+        "Seconds between two rows of the metrics history (one row per broker, destination, "
+        "connection and consumer).",
+    )
+    metrics_retention_h: int = prop(
+        "imq.metrics.history.retention",
+        int_parser(minimum=0),
+        24,
+        "Hours of metrics history kept under metrics/ in the data directory (JSON lines, one "
+        "file per hour); 0: keep no history.",
+    )
+    metrics_max_size: int = prop(
+        "imq.metrics.history.max_size",
+        size_parser(),
+        256 * 1024 * 1024,
+        "Most bytes the metrics history may take on disk; the oldest files go first.",
+    )

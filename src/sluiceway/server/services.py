@@ -1,0 +1,163 @@
+"""Everything a running broker serves, started and stopped together, and its periodic tick.
+
+- STOMP over TCP (`imq.stomp.tcp.port`), always;
+- STOMP over TLS (`imq.stomp.tls.port`), when set;
+- the admin endpoint (`imq.admin.http.port`): the HTTP JSON API, the web console, /metrics.
+
+The tick (once a second) runs the core's periodic work, feeds it the bytes waiting in write
+buffers (they count against the memory budget), and samples the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable
+from typing import Final, Protocol
+
+from sluiceway.admin.http import AdminServer
+from sluiceway.admin.metrics import MetricsSampler
+from sluiceway.config import BrokerConfig
+from sluiceway.core.broker import Broker
+from sluiceway.errors import ConfigError
+from sluiceway.server.connection import ConnectionInfo, Traffic
+from sluiceway.server.stomp_server import StompServer
+from sluiceway.server.tls import server_context
+
+log = logging.getLogger(__name__)
+
+TICK_INTERVAL_S: Final = 1.0  # expiry sweeps, deadlines, memory and metrics at most this often
+
+
+class Listener(Protocol):
+    """A service that carries STOMP connections (TCP, TLS, WebSocket)."""
+
+    name: str
+
+    @property
+    def address(self) -> tuple[str, int]: ...
+
+    @property
+    def write_buffered(self) -> int: ...
+
+    def connections(self) -> list[ConnectionInfo]: ...
+
+    def traffic(self) -> Traffic: ...
+
+    def synced(self) -> None: ...
+
+    def flush_store(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class Services:
+    """The listeners, the admin endpoint and the tick of one broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.config: BrokerConfig = broker.config
+        self.stomp = StompServer(broker, "stomp")
+        self.listeners: list[Listener] = [self.stomp]
+        self.admin: AdminServer | None = None
+        self.metrics = MetricsSampler(broker, self)
+        self._tick: asyncio.TimerHandle | None = None
+        self._on_tick: list[Callable[[], None]] = []  # extra periodic work (metrics history)
+
+    async def start(self) -> None:
+        config = self.config
+        check_exposure(config)
+        await self.stomp.start()
+        if config.stomp_tls_port >= 0:
+            tls = StompServer(self.broker, "stomp-tls")
+            await tls.start(port=config.stomp_tls_port, tls=server_context(config))
+            self.listeners.append(tls)
+        if config.admin_port >= 0:
+            self.admin = AdminServer(self)
+            await self.admin.start()
+        self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._run_tick)
+
+    def every_tick(self, work: Callable[[], None]) -> None:
+        self._on_tick.append(work)
+
+    def _run_tick(self) -> None:
+        try:
+            # The bytes waiting in write buffers count against the memory budget too.
+            self.broker.ledger.external = sum(s.write_buffered for s in self.listeners)
+            self.broker.tick()
+            self.metrics.sample()
+            for work in self._on_tick:
+                work()
+            self.stomp.flush_store()
+        except Exception:  # the tick must survive a bug in one sweep
+            log.exception("periodic broker work failed")
+        self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._run_tick)
+
+    def synced(self) -> None:
+        """The journal synced further: release the frames that waited for it, everywhere."""
+        for listener in self.listeners:
+            listener.synced()
+
+    def addresses(self) -> dict[str, tuple[str, int]]:
+        """Service name -> the host and port it is bound to (ports chosen by the OS included)."""
+        found = {listener.name: listener.address for listener in self.listeners}
+        if self.admin is not None:
+            found["admin"] = self.admin.address
+        return found
+
+    def ready_line(self) -> str:
+        addresses = self.addresses()
+        host, port = addresses["stomp"]
+        parts = [f"STOMP on {host}:{port}"]
+        labels = {"stomp-tls": "STOMP+TLS", "ws": "STOMP over WebSocket", "admin": "admin"}
+        for name, label in labels.items():
+            if name in addresses:
+                parts.append(f"{label} on {addresses[name][0]}:{addresses[name][1]}")
+        return ", ".join(parts)
+
+    def connections(self) -> list[ConnectionInfo]:
+        """A snapshot of every open STOMP connection, whatever carries it."""
+        return [info for listener in self.listeners for info in listener.connections()]
+
+    @property
+    def connection_count(self) -> int:
+        return sum(len(listener.connections()) for listener in self.listeners)
+
+    async def stop(self) -> None:
+        """Stop the tick and the admin endpoint, tell every client the broker is going, close."""
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        if self.admin is not None:
+            await self.admin.stop()
+        for listener in reversed(self.listeners):
+            await listener.stop()
+        self.broker.close()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` names only the local machine (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            infos = socket.getaddrinfo(host, None)
+        except OSError:
+            return False
+        return all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def check_exposure(config: BrokerConfig) -> None:
+    """A broker reachable from other machines must check who connects, unless told otherwise."""
+    if config.authentication or config.insecure or is_loopback(config.host):
+        return
+    raise ConfigError(
+        "imq.authentication.enabled",
+        f"imq.hostname is {config.host}, which other machines can reach, and authentication is "
+        "off: set imq.authentication.enabled=true (with users added by `sluiceway cmd user "
+        "add`), or set imq.authentication.insecure=true to run without it anyway",
+    )
