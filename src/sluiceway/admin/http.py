@@ -16,13 +16,12 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import BasicAuth, web
 
-from sluiceway.admin import model
+from sluiceway.admin import console, model, openapi, prometheus
 from sluiceway.core.broker import PauseTarget
 from sluiceway.errors import BadRequest, BrokerError, Forbidden, NotFound, Status, Unauthorized
 from sluiceway.naming import DestinationKind, DestinationName, validate_name
@@ -53,6 +52,7 @@ _KINDS: Final = {
     "t": DestinationKind.TOPIC,
 }
 _MUTATING: Final = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+PRINCIPAL: Final = web.RequestKey("principal", Principal)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -80,7 +80,6 @@ class AdminServer:
         self.services = services
         self.broker = services.broker
         self.config = services.config
-        self.started = time.time()
         self.authenticator: Authenticator | None = None
         if self.config.authentication:
             self.authenticator = Authenticator(users_path(self.config))
@@ -141,7 +140,7 @@ class AdminServer:
                 "JSON required",
                 f"a {request.method} request must have Content-Type: application/json",
             )
-        request["principal"] = principal
+        request[PRINCIPAL] = principal
         return await handler(request)
 
     def authenticate(self, request: web.Request) -> Principal:
@@ -195,15 +194,22 @@ class AdminServer:
         add.add_get(f"{API}/metrics/broker", self.broker_metrics)
         add.add_get(f"{API}/metrics/services", self.service_metrics)
         add.add_get(f"{one.replace('destinations', 'metrics/destinations')}", self.dest_metrics)
+        prometheus.register(self)
+        openapi.register(self)
+        console.register(self)
 
     async def get_broker(self, request: web.Request) -> web.Response:
-        return json_response(model.broker_snapshot(self.broker, self.services, self.started))
+        return json_response(
+            model.broker_snapshot(self.broker, self.services, self.services.started)
+        )
 
     async def patch_broker(self, request: web.Request) -> web.Response:
         properties = _properties(await _body(request))
         self.broker.update_properties(properties)
         self._audit(request, "update bkr", properties)
-        return json_response(model.broker_snapshot(self.broker, self.services, self.started))
+        return json_response(
+            model.broker_snapshot(self.broker, self.services, self.services.started)
+        )
 
     async def list_destinations(self, request: web.Request) -> web.Response:
         kind = request.query.get("type")
@@ -343,7 +349,7 @@ class AdminServer:
         return model.destination_detail(self.broker, destination, trend)
 
     def _audit(self, request: web.Request, action: str, properties: object = None) -> None:
-        principal: Principal = request["principal"]
+        principal = request[PRINCIPAL]
         extra = f" {properties}" if properties else ""
         log.info("admin %s: %s%s", principal.user or "(local)", action, extra)
 

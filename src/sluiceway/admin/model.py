@@ -145,6 +145,10 @@ class ConnectionSnapshot:
     reading_paused: bool
     writing_paused: bool
     connected_for: float  # seconds
+    msgs_in: int  # SENDs received
+    msgs_out: int  # MESSAGEs sent
+    bytes_in: int  # on the wire
+    bytes_out: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +326,10 @@ def connections(broker: Broker, services: Services) -> list[ConnectionSnapshot]:
                 reading_paused=info.reading_paused,
                 writing_paused=info.writing_paused,
                 connected_for=round((now_ms - core.opened) / 1000, 3) if core is not None else 0.0,
+                msgs_in=info.traffic.msgs_in,
+                msgs_out=info.traffic.msgs_out,
+                bytes_in=info.traffic.bytes_in,
+                bytes_out=info.traffic.bytes_out,
             )
         )
     return sorted(rows, key=lambda c: c.id)

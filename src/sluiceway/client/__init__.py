@@ -22,9 +22,11 @@ from sluiceway.errors import (
     ConnectFailedError,
     ConnectionClosedError,
     EntityTooLarge,
+    Forbidden,
     OperationTimeoutError,
     ResourceFull,
     TransactionRolledBackError,
+    Unauthorized,
 )
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "ConnectionFactory",
     "Consumer",
     "EntityTooLarge",
+    "Forbidden",
     "Message",
     "OperationTimeoutError",
     "Producer",
@@ -44,4 +47,5 @@ __all__ = [
     "RetryPolicy",
     "Session",
     "TransactionRolledBackError",
+    "Unauthorized",
 ]

@@ -122,12 +122,28 @@ class Connection:
         wire = Wire(reader, writer, self._on_frame, self._on_lost)
         try:
             connected = await wire.handshake(self._connect_headers(host), timeout)
+        except BrokerError as exc:  # 401 wrong credentials, 403 not allowed to connect...
+            writer.close()
+            raise self._refused(exc, host, port) from None
         except BaseException:
             writer.close()
             raise
         send, receive = self._heartbeats(connected)
         wire.start(send, receive)
         return wire
+
+    def _refused(self, error: BrokerError, host: str, port: int) -> BrokerError:
+        """The broker's refusal of CONNECT, the same class, saying which broker and which
+        user (never the password)."""
+        username = self.settings.username
+        who = f"user {username!r}" if username else "a connection without a user name"
+        return type(error)(
+            error.summary,
+            f"the broker at {host}:{port} refused {who}: {error}",
+            destination=error.destination,
+            limit=error.limit,
+            limit_value=error.limit_value,
+        )
 
     def _connect_headers(self, host: str) -> dict[str, str]:
         settings = self.settings

@@ -9,6 +9,7 @@ Attributes (Open MQ name: keyword, default; meaning):
 - imqAddressList: address, stomp://127.0.0.1:61613; comma-separated addresses, tried in order
 - imqAddressListIterations: address_list_iterations, 1; passes over the list per (re)connect
 - imqDefaultUsername / imqDefaultPassword: username / password, none; STOMP login / passcode
+  (the password is never shown: not in the repr of the settings, nor in any error message)
 - imqConfiguredClientID: client_id, none; the client id (durable subscriptions)
 - imqConsumerFlowLimit: consumer_flow_limit, 1000; messages per consumer (0 or -1: no limit)
 - imqConsumerFlowThreshold: consumer_flow_threshold, 50; percent of the limit at which the
@@ -56,12 +57,23 @@ class Attribute:
     from_text: Callable[[str], Any]
     check: Callable[[Any], Any]
     doc: str
+    secret: bool = False  # a password: its value is never repr'd nor quoted in an error
 
 
 def attr(
-    name: str, from_text: Callable[[str], Any], check: Callable[[Any], Any], default: Any, doc: str
+    name: str,
+    from_text: Callable[[str], Any],
+    check: Callable[[Any], Any],
+    default: Any,
+    doc: str,
+    *,
+    secret: bool = False,
 ) -> Any:
-    return field(default=default, metadata={"attribute": Attribute(name, from_text, check, doc)})
+    return field(
+        default=default,
+        repr=not secret,
+        metadata={"attribute": Attribute(name, from_text, check, doc, secret)},
+    )
 
 
 # -- validators for keyword values ------------------------------------------------------------
@@ -107,6 +119,18 @@ def _text_check(value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
         raise TypeError("a string")
     return value
+
+
+def _credential_text(text: str) -> str:
+    """A login or passcode: CONNECT headers are never escaped, so they cannot carry a line end."""
+    if "\n" in text or "\r" in text:
+        raise ValueError("text without line feeds or carriage returns (a CONNECT header)")
+    return text
+
+
+def _credential_check(value: Any) -> str | None:
+    text = _text_check(value)
+    return None if text is None else _credential_text(text)
 
 
 def _addresses_check(value: Any) -> tuple[tuple[str, int], ...]:
@@ -166,8 +190,17 @@ class ClientSettings:
         1,
         "passes over the address list when connecting",
     )
-    username: str | None = attr("imqDefaultUsername", str, _text_check, None, "STOMP login")
-    password: str | None = attr("imqDefaultPassword", str, _text_check, None, "STOMP passcode")
+    username: str | None = attr(
+        "imqDefaultUsername", _credential_text, _credential_check, None, "STOMP login"
+    )
+    password: str | None = attr(
+        "imqDefaultPassword",
+        _credential_text,
+        _credential_check,
+        None,
+        "STOMP passcode",
+        secret=True,
+    )
     client_id: str | None = attr(
         "imqConfiguredClientID", str, _text_check, None, "client id, for durable subscriptions"
     )
@@ -264,6 +297,7 @@ ATTRIBUTES: Final = {
     for f in dataclasses.fields(ClientSettings)
 }
 KEYWORDS: Final = dict(ATTRIBUTES.values())
+_HIDDEN: Final = "(hidden)"  # stands for a secret's value in error messages
 
 
 def build_settings(
@@ -289,7 +323,8 @@ def build_settings(
         try:
             values[field_name] = attribute.from_text(text)
         except ValueError as exc:
-            raise ConfigError(name, f"{name} has the value {text!r}; accepted: {exc}") from None
+            shown = _HIDDEN if attribute.secret else repr(text)
+            raise ConfigError(name, f"{name} has the value {shown}; accepted: {exc}") from None
     if address is not None:
         keywords["addresses"] = address
     for keyword, value in keywords.items():
@@ -303,7 +338,8 @@ def build_settings(
         try:
             values[keyword] = attribute.check(value)
         except (TypeError, ValueError) as exc:
+            shown = _HIDDEN if attribute.secret else repr(value)
             raise ConfigError(
-                keyword, f"{keyword} ({attribute.name}) = {value!r}; accepted: {exc}"
+                keyword, f"{keyword} ({attribute.name}) = {shown}; accepted: {exc}"
             ) from None
     return ClientSettings(**values)

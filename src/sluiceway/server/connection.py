@@ -52,6 +52,7 @@ class ConnectionInfo:
     tcp_nodelay: bool
     send_buffer: int  # kernel SO_SNDBUF, bytes
     receive_buffer: int  # kernel SO_RCVBUF, bytes
+    traffic: Traffic  # what it carried so far
 
 
 @dataclass
@@ -367,6 +368,7 @@ class StompProtocol(asyncio.Protocol):
             tcp_nodelay=bool(_sockopt(sock, socket.IPPROTO_TCP, socket.TCP_NODELAY)),
             send_buffer=_sockopt(sock, socket.SOL_SOCKET, socket.SO_SNDBUF),
             receive_buffer=_sockopt(sock, socket.SOL_SOCKET, socket.SO_RCVBUF),
+            traffic=self.traffic_now(),
         )
 
     def traffic_now(self) -> Traffic:

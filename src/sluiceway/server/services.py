@@ -2,6 +2,7 @@
 
 - STOMP over TCP (`imq.stomp.tcp.port`), always;
 - STOMP over TLS (`imq.stomp.tls.port`), when set;
+- STOMP over WebSocket (`imq.stomp.ws.port`, wss with `imq.stomp.ws.tls`), when set;
 - the admin endpoint (`imq.admin.http.port`): the HTTP JSON API, the web console, /metrics.
 
 The tick (once a second) runs the core's periodic work, feeds it the bytes waiting in write
@@ -14,9 +15,12 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final, Protocol
 
+from sluiceway.admin.history import HistoryWriter
 from sluiceway.admin.http import AdminServer
 from sluiceway.admin.metrics import MetricsSampler
 from sluiceway.config import BrokerConfig
@@ -25,6 +29,7 @@ from sluiceway.errors import ConfigError
 from sluiceway.server.connection import ConnectionInfo, Traffic
 from sluiceway.server.stomp_server import StompServer
 from sluiceway.server.tls import server_context
+from sluiceway.server.websocket import WebSocketServer
 
 log = logging.getLogger(__name__)
 
@@ -63,20 +68,35 @@ class Services:
         self.listeners: list[Listener] = [self.stomp]
         self.admin: AdminServer | None = None
         self.metrics = MetricsSampler(broker, self)
+        self.started = time.time()
+        self.history: HistoryWriter | None = None
         self._tick: asyncio.TimerHandle | None = None
         self._on_tick: list[Callable[[], None]] = []  # extra periodic work (metrics history)
 
     async def start(self) -> None:
         config = self.config
         check_exposure(config)
+        # The certificate is loaded before anything binds: a broker that cannot serve every
+        # service it was asked for refuses to start, and leaves no port open behind it.
+        stomp_tls = server_context(config) if config.stomp_tls_port >= 0 else None
+        ws_tls = server_context(config) if config.ws_port >= 0 and config.ws_tls else None
+        if config.admin_port >= 0 and config.admin_tls:
+            server_context(config)  # the admin endpoint loads its own once its socket is bound
         await self.stomp.start()
-        if config.stomp_tls_port >= 0:
+        if stomp_tls is not None:
             tls = StompServer(self.broker, "stomp-tls")
-            await tls.start(port=config.stomp_tls_port, tls=server_context(config))
+            await tls.start(port=config.stomp_tls_port, tls=stomp_tls)
             self.listeners.append(tls)
+        if config.ws_port >= 0:
+            ws = WebSocketServer(self.broker, self)
+            await ws.start(tls=ws_tls)
+            self.listeners.append(ws)
         if config.admin_port >= 0:
             self.admin = AdminServer(self)
             await self.admin.start()
+        if config.metrics_enabled and config.metrics_retention_h and config.persist_store == "file":
+            self.history = HistoryWriter(self, Path(config.data_directory) / "metrics")
+            self.every_tick(self.history.tick)
         self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._run_tick)
 
     def every_tick(self, work: Callable[[], None]) -> None:
@@ -87,7 +107,8 @@ class Services:
             # The bytes waiting in write buffers count against the memory budget too.
             self.broker.ledger.external = sum(s.write_buffered for s in self.listeners)
             self.broker.tick()
-            self.metrics.sample()
+            if self.config.metrics_enabled:
+                self.metrics.sample()
             for work in self._on_tick:
                 work()
             self.stomp.flush_store()
@@ -132,6 +153,8 @@ class Services:
             self._tick = None
         if self.admin is not None:
             await self.admin.stop()
+        if self.history is not None:
+            self.history.close()
         for listener in reversed(self.listeners):
             await listener.stop()
         self.broker.close()

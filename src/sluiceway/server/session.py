@@ -9,12 +9,21 @@ Any bad input (a malformed frame, an over-long header, an unknown command, an AC
 id, an unknown destination prefix) gets an ERROR frame with a `message` header, a `status` header
 and a body that says what was wrong; the session then stops reading and the I/O layer closes the
 connection once the ERROR is written. Other connections are not affected.
+
+With imq.authentication.enabled the CONNECT must carry the `login` and `passcode` of a user of
+the users file (401 otherwise), and with imq.accesscontrol.enabled the access rules
+(security.access) are checked here, not in the core: connecting (connection.NORMAL), SEND
+(produce, and create when the destination is new), SUBSCRIBE (consume, or browse with
+`browser:true`, and create when new). A refusal is a 403 that names the user, the operation and
+the destination. Every failed attempt is logged at WARNING with the peer and the user name given;
+a passcode is never logged.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -35,6 +44,7 @@ from sluiceway.errors import (
     InternalError,
     RemoteProtocolError,
 )
+from sluiceway.naming import DestinationKind, DestinationName
 from sluiceway.protocol.codec import FrameDecoder
 from sluiceway.protocol.frames import (
     BODY_COMMANDS,
@@ -44,6 +54,15 @@ from sluiceway.protocol.frames import (
     Frame,
     StompVersion,
 )
+from sluiceway.security.access import (
+    AccessControl,
+    AccessDenied,
+    AuthenticationFailed,
+    Gate,
+    Operation,
+    Service,
+)
+from sluiceway.security.users import Principal
 from sluiceway.server import headers as h
 from sluiceway.server.render import (
     connected_frame,
@@ -73,6 +92,12 @@ class _UnsupportedVersion(BadRequest):
     """No protocol version in common; the ERROR lists the versions this broker speaks."""
 
 
+# One gate per broker, made at its first CONNECT, so that every session shares one reading of
+# the users file and of the access rules (each is re-read when its file changes). Services could
+# make it at start-up and hand it to every session instead: StompSession(gate=...).
+_GATES: weakref.WeakKeyDictionary[Broker, Gate] = weakref.WeakKeyDictionary()
+
+
 class StompSession:
     """The STOMP state machine of one connection."""
 
@@ -83,10 +108,16 @@ class StompSession:
         on_ready: Callable[[], None],
         on_control: Callable[[], None] = lambda: None,
         peer: str = "?",
+        gate: Gate | None = None,
     ) -> None:
         config = broker.config
         self.broker = broker
         self.peer = peer
+        # With authentication: who connected, and the access rules that apply to them (None
+        # when imq.accesscontrol.enabled is false).
+        self._gate = gate
+        self.principal: Principal | None = None
+        self._access: AccessControl | None = None
         self.state = SessionState.AWAITING_CONNECT
         self.version: StompVersion | None = None
         self.heartbeat = h.HeartBeat(0, 0)
@@ -144,7 +175,13 @@ class StompSession:
                 self.fail(cls("frame limit exceeded", str(exc)))
                 return
             except RemoteProtocolError as exc:
-                self.fail(BadRequest("malformed frame", str(exc)))
+                error = BadRequest("malformed frame", str(exc))
+                if self.state is SessionState.AWAITING_CONNECT:
+                    # The bad line may be a CONNECT's passcode: it goes back to the client only.
+                    log.warning("%s: malformed CONNECT frame (status 400)", self.peer)
+                    self.fail(error, logged=True)
+                else:
+                    self.fail(error)
                 return
             if event is None:
                 return
@@ -202,11 +239,13 @@ class StompSession:
         if self.core is not None:
             self.core.set_writable(writable)
 
-    def fail(self, error: BrokerError, receipt: str | None = None) -> None:
-        """Queue an ERROR and stop: the connection is closed once it is written."""
+    def fail(self, error: BrokerError, receipt: str | None = None, *, logged: bool = False) -> None:
+        """Queue an ERROR and stop: the connection is closed once it is written. `logged`: the
+        caller logged the failure already (security refusals log what they need to)."""
         if self.state is SessionState.CLOSING:
             return
-        log.warning("%s: %s: %s (status %d)", self.peer, error.summary, error, error.status)
+        if not (logged or isinstance(error, AuthenticationFailed | AccessDenied)):
+            log.warning("%s: %s: %s (status %d)", self.peer, error.summary, error, error.status)
         extra = {"version": "1.0,1.1,1.2"} if isinstance(error, _UnsupportedVersion) else None
         self._queue(error_frame(error, self.version, receipt, extra))
         self._close()
@@ -308,6 +347,7 @@ class StompSession:
                 f"accept-version {frame.headers.get('accept-version')!r} names no version this "
                 "broker speaks; it speaks STOMP 1.0, 1.1 and 1.2",
             )
+        principal = self._authenticate(frame)
         config = self.broker.config
         heartbeat = h.HeartBeat(0, 0)
         if version is not StompVersion.V1_0:
@@ -318,6 +358,7 @@ class StompSession:
         self.failed_receipts = h.boolean(frame, "failed-receipts", False)
         self.core = self.broker.open_connection(flow=flow, on_ready=self._on_ready)
         self.core.client_id = frame.headers.get("client-id") or None
+        self.core.user = principal.user if principal is not None else None
         self.version, self.heartbeat, self.flow = version, heartbeat, flow
         self._decoder.version = version
         self.state = SessionState.CONNECTED
@@ -336,9 +377,51 @@ class StompSession:
         log.debug("%s: connected with STOMP %s, heart-beat %s", self.peer, version.value, heartbeat)
         return None
 
+    # -- authentication and access control -----------------------------------------------------
+
+    def _authenticate(self, frame: Frame) -> Principal | None:
+        """With imq.authentication.enabled, the user the CONNECT's login and passcode stand
+        for, once the access rules let them connect; raises 401 or 403 otherwise. None when
+        authentication is off: login and passcode are then ignored."""
+        if not self.broker.config.authentication:
+            return None
+        gate = self._gate or _GATES.get(self.broker)
+        if gate is None:
+            gate = _GATES[self.broker] = Gate(self.broker.config)
+        self._gate = gate
+        principal = gate.login(frame.headers.get("login"), frame.headers.get("passcode"), self.peer)
+        self.principal, self._access = principal, gate.access
+        self._authorize(Operation.CONNECT, None, Service.NORMAL.value)
+        return principal
+
+    def _authorize(self, operation: Operation, kind: DestinationKind | None, name: str) -> None:
+        """Raise (and log) a 403 if the access rules refuse this connection's user."""
+        access, principal = self._access, self.principal
+        if access is None or principal is None:
+            return
+        try:
+            access.check(principal, operation, kind, name)
+        except AccessDenied as exc:
+            log.warning("%s: %s: %s", self.peer, exc.summary, exc.decision.explain())
+            raise
+
+    def _authorize_use(self, operation: Operation, destination: DestinationName) -> None:
+        """`operation` on `destination`, and creating it if this request would auto-create it."""
+        if self._access is None:
+            return
+        self._authorize(operation, destination.kind, destination.name)
+        broker = self.broker
+        if (
+            broker.registry.get(destination) is None
+            and not destination.is_system
+            and broker.config.autocreate_enabled(destination.kind)
+        ):
+            self._authorize(Operation.CREATE, destination.kind, destination.name)
+
     def _on_send(self, frame: Frame) -> Extra:
         self.sends_in += 1
         request = h.send_request(frame, self.broker.config.max_header_count)
+        self._authorize_use(Operation.PRODUCE, request.destination)
         receipt = frame.headers.get("receipt")
         sent = self._connection().send(
             request.destination,
@@ -386,6 +469,9 @@ class StompSession:
             sub_id = destination.path  # STOMP 1.0: the destination identifies the subscription
         text = frame.headers.get("selector", "")
         request = h.flow_request(frame)
+        browser = h.boolean(frame, "browser", False)
+        # A durable subscription consumes too; browsing is its own right.
+        self._authorize_use(Operation.BROWSE if browser else Operation.CONSUME, destination)
         subscription = self._connection().subscribe(
             sub_id,
             destination,
@@ -394,7 +480,7 @@ class StompSession:
             threshold=request.threshold,
             prefetch=request.prefetch,
             selector=compile_selector(text) if text.strip() else None,
-            browser=h.boolean(frame, "browser", False),
+            browser=browser,
             browse_range=h.sequence_range(frame),
             durable_name=h.durable_name(frame),
         )

@@ -1,0 +1,200 @@
+"""The metrics history: one row per object per interval, as JSON lines a Spark job can read.
+
+Every `imq.metrics.interval` seconds the broker appends one row for itself, one per service,
+destination, connection and consumer to `metrics/YYYYMMDD-HH.jsonl` (UTC hours) in its data
+directory. Each row is flat: `ts` (ms since the epoch), `kind` (broker, service, destination,
+connection, consumer) and that kind's fields, so `spark.read.json("metrics/")` gives one table.
+Files older than `imq.metrics.history.retention` hours are deleted, and the oldest go first
+whenever the directory exceeds `imq.metrics.history.max_size`. Kept only with the file store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Final
+
+from sluiceway.admin import model
+from sluiceway.core.destination import Destination
+
+if TYPE_CHECKING:
+    from sluiceway.server.services import Services
+
+log = logging.getLogger(__name__)
+
+SUFFIX: Final = ".jsonl"
+
+
+class HistoryWriter:
+    """Appends rows each interval and enforces retention; called from the broker's tick."""
+
+    def __init__(self, services: Services, directory: Path) -> None:
+        config = services.config
+        self.services = services
+        self.directory = directory
+        self.interval = config.metrics_interval_s
+        self.retention_s = config.metrics_retention_h * 3600
+        self.max_size = config.metrics_max_size
+        self._next = 0.0
+        self._file: IO[str] | None = None
+        self._file_hour = ""
+
+    def tick(self) -> None:
+        now = time.time()
+        if now < self._next:
+            return
+        self._next = now + self.interval
+        try:
+            self.write(now)
+            self.prune(now)
+        except OSError as exc:
+            log.warning("metrics history not written to %s: %s", self.directory, exc)
+
+    def write(self, now: float) -> int:
+        """Append this interval's rows; return how many."""
+        rows = self.rows(int(now * 1000))
+        handle = self._open(now)
+        for row in rows:
+            handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+        handle.flush()
+        return len(rows)
+
+    def _open(self, now: float) -> IO[str]:
+        hour = time.strftime("%Y%m%d-%H", time.gmtime(now))
+        if self._file is None or hour != self._file_hour:
+            if self._file is not None:
+                self._file.close()
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._file = (self.directory / f"{hour}{SUFFIX}").open("a", encoding="utf-8")
+            self._file_hour = hour
+        return self._file
+
+    def prune(self, now: float) -> list[Path]:
+        """Delete files past the retention, then the oldest while over max_size."""
+        files = sorted(self.directory.glob(f"*{SUFFIX}"))
+        current = self.directory / f"{self._file_hour}{SUFFIX}"
+        removed = []
+        sizes = {path: path.stat().st_size for path in files}
+        total = sum(sizes.values())
+        for path in files:
+            if path == current:
+                break
+            too_old = now - path.stat().st_mtime > self.retention_s
+            if too_old or total > self.max_size:
+                path.unlink(missing_ok=True)
+                total -= sizes[path]
+                removed.append(path)
+        return removed
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def rows(self, ts: int) -> list[dict[str, Any]]:
+        services = self.services
+        broker = services.broker
+        sampler = services.metrics
+        snapshot = model.broker_snapshot(broker, services, services.started)
+        msgs_in, msgs_out, bytes_in, bytes_out = sampler.broker_totals()
+        rates = sampler.broker_rates()
+        rows: list[dict[str, Any]] = [
+            {
+                "ts": ts,
+                "kind": "broker",
+                "msgs": snapshot.msgs,
+                "msg_bytes": snapshot.msg_bytes,
+                "msgs_in": msgs_in,
+                "msgs_out": msgs_out,
+                "bytes_in": bytes_in,
+                "bytes_out": bytes_out,
+                "msgs_in_rate": rates.msgs_in,
+                "msgs_out_rate": rates.msgs_out,
+                "connections": snapshot.connections,
+                "memory_level": snapshot.memory.level,
+                "memory_used": snapshot.memory.used,
+                "memory_budget": snapshot.memory.budget,
+                "held_producers": snapshot.held_producers,
+                "throttled": len(snapshot.throttled),
+                "disk_bytes": snapshot.disk_bytes,
+            }
+        ]
+        for service in sampler.service_trends():
+            rows.append(
+                {
+                    "ts": ts,
+                    "kind": "service",
+                    "service": service.name,
+                    "connections": service.connections,
+                    "msgs_in": service.msgs_in,
+                    "msgs_out": service.msgs_out,
+                    "bytes_in": service.bytes_in,
+                    "bytes_out": service.bytes_out,
+                    "frames_in": service.frames_in,
+                    "frames_out": service.frames_out,
+                }
+            )
+        for destination in model.list_destinations(broker):
+            rows.append(self._destination_row(ts, destination))
+        for connection in model.connections(broker, services):
+            rows.append(
+                {
+                    "ts": ts,
+                    "kind": "connection",
+                    "connection": connection.id,
+                    "service": connection.service,
+                    "user": connection.user,
+                    "subscriptions": connection.subscriptions,
+                    "outstanding": connection.outstanding,
+                    "held_sends": connection.held_sends,
+                    "write_buffer": connection.write_buffer,
+                }
+            )
+        for consumer in model.consumers(broker):
+            rows.append(
+                {
+                    "ts": ts,
+                    "kind": "consumer",
+                    "destination": consumer.destination,
+                    "connection": consumer.connection,
+                    "subscription": consumer.id,
+                    "window_limit": consumer.window_limit,
+                    "outstanding": consumer.outstanding,
+                    "unacked": consumer.unacked,
+                    "delivered": consumer.delivered,
+                    "flow_paused_for": consumer.flow_paused_for,
+                }
+            )
+        return rows
+
+    def _destination_row(self, ts: int, destination: Destination) -> dict[str, Any]:
+        summary = model.destination_summary(destination)
+        stats = destination.stats
+        trend = self.services.metrics.destination_trend(destination.name)
+        properties = model.destination_properties(destination)
+        return {
+            "ts": ts,
+            "kind": "destination",
+            "destination": summary.path,
+            "type": summary.type,
+            "state": summary.state,
+            "msgs": summary.msgs,
+            "msg_bytes": summary.msg_bytes,
+            "pending": summary.pending,
+            "unacked": summary.unacked,
+            "producers": summary.producers,
+            "consumers": summary.consumers,
+            "held_sends": summary.held_sends,
+            "throttled": summary.throttled,
+            "msgs_in": stats.msgs_in,
+            "msgs_out": stats.msgs_out,
+            "bytes_in": stats.bytes_in,
+            "bytes_out": stats.bytes_out,
+            "msgs_in_rate": trend.rates.msgs_in if trend is not None else 0.0,
+            "msgs_out_rate": trend.rates.msgs_out if trend is not None else 0.0,
+            "max_num_msgs": int(properties["maxNumMsgs"]),
+            "consumer_flow_limit": int(properties["consumerFlowLimit"]),
+            "limit_behavior": properties["limitBehavior"],
+        }

@@ -1,0 +1,246 @@
+"""`/metrics` in the Prometheus text format, with the Prometheus project's own client library.
+
+A custom collector reads the broker when Prometheus scrapes, so nothing is counted twice and no
+metric object lives between scrapes. Names follow Prometheus's conventions: base units (bytes,
+seconds), `_total` for counters. Labels: `destination` (its path, e.g. /queue/orders) and `type`;
+`service` (stomp, stomp-tls, ws); `connection` (its number) and `subscription` for consumers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from sluiceway import __version__
+from sluiceway.admin import model
+from sluiceway.core.holding import HOLD_BUCKETS
+from sluiceway.core.memory import MemoryLevel
+
+if TYPE_CHECKING:
+    from sluiceway.admin.http import AdminServer
+    from sluiceway.server.services import Services
+
+_COUNTERS = (
+    ("msgs_in", "messages_in", "Messages accepted from producers"),
+    ("msgs_out", "messages_out", "Messages written to consumers, redeliveries included"),
+    ("bytes_in", "message_bytes_in", "Body bytes accepted from producers"),
+    ("bytes_out", "message_bytes_out", "Body bytes written to consumers"),
+    ("consumed", "messages_consumed", "Messages acknowledged"),
+    ("redelivered", "messages_redelivered", "Messages given back for delivery again"),
+    ("expired", "messages_expired", "Messages that expired before delivery"),
+    ("dead", "messages_dead", "Messages that became dead (expired, evicted, undeliverable)"),
+    ("dropped", "messages_dropped", "Messages refused without telling the producer"),
+    ("discarded", "messages_discarded", "Messages sent to a topic nobody subscribed to"),
+)
+_LIMITS = ("maxNumMsgs", "maxTotalMsgBytes", "maxBytesPerMsg", "maxNumProducers")
+
+
+class BrokerCollector(Collector):
+    """Everything /metrics shows, read at scrape time."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._broker()
+        yield from self._services()
+        yield from self._destinations()
+        yield from self._consumers()
+        yield from self._connections()
+
+    def _broker(self) -> Iterator[Metric]:
+        broker = self.services.broker
+        info = GaugeMetricFamily(
+            "sluiceway_broker_info",
+            "The broker's version and instance",
+            labels=["version", "instance"],
+        )
+        info.add_metric([__version__, broker.instance_id], 1)
+        yield info
+        system = broker.context.system
+        yield GaugeMetricFamily(
+            "sluiceway_messages", "Messages held in all destinations", value=system.count
+        )
+        yield GaugeMetricFamily(
+            "sluiceway_message_bytes", "Body bytes held in all destinations", value=system.bytes
+        )
+        ledger = broker.ledger
+        memory = GaugeMetricFamily(
+            "sluiceway_memory_bytes", "Memory counted by the broker's ledger", labels=["kind"]
+        )
+        memory.add_metric(["messages"], ledger.used)
+        memory.add_metric(["buffers"], ledger.external)
+        yield memory
+        yield GaugeMetricFamily(
+            "sluiceway_memory_budget_bytes", "imq.memory.budget", value=ledger.policy.budget
+        )
+        yield GaugeMetricFamily(
+            "sluiceway_memory_peak_bytes", "Highest message memory so far", value=ledger.peak
+        )
+        level = GaugeMetricFamily(
+            "sluiceway_memory_level", "1 for the current memory level", labels=["level"]
+        )
+        for candidate in MemoryLevel:
+            level.add_metric([candidate.name], 1 if ledger.level is candidate else 0)
+        yield level
+        yield GaugeMetricFamily(
+            "sluiceway_disk_bytes", "Bytes of the journal on disk", value=broker.store.disk_bytes()
+        )
+        held = broker.producers.held()
+        yield GaugeMetricFamily(
+            "sluiceway_held_producers", "Connections with SENDs held", value=len(held)
+        )
+        times = broker.producers.hold_times
+        cumulative, buckets = 0, []
+        for bound, count in zip((*HOLD_BUCKETS, float("inf")), times.buckets, strict=True):
+            cumulative += count
+            buckets.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+        yield HistogramMetricFamily(
+            "sluiceway_producer_hold_seconds",
+            "How long held SENDs waited before they were accepted or refused",
+            buckets=buckets,
+            sum_value=times.total,
+        )
+
+    def _services(self) -> Iterator[Metric]:
+        connections = GaugeMetricFamily(
+            "sluiceway_connections", "Open connections per service", labels=["service"]
+        )
+        traffic = {
+            name: CounterMetricFamily(f"sluiceway_service_{name}", text, labels=["service"])
+            for name, text in (
+                ("bytes_in", "Bytes read from clients"),
+                ("bytes_out", "Bytes written to clients"),
+                ("frames_in", "STOMP frames read"),
+                ("frames_out", "STOMP frames written"),
+            )
+        }
+        for listener in self.services.listeners:
+            connections.add_metric([listener.name], len(listener.connections()))
+            carried = listener.traffic()
+            for name, family in traffic.items():
+                family.add_metric([listener.name], getattr(carried, name))
+        yield connections
+        yield from traffic.values()
+
+    def _destinations(self) -> Iterator[Metric]:
+        broker = self.services.broker
+        labels = ["destination", "type"]
+        gauges = {
+            name: GaugeMetricFamily(f"sluiceway_destination_{name}", text, labels=labels)
+            for name, text in (
+                ("messages", "Messages held: waiting, being delivered, unacknowledged"),
+                ("message_bytes", "Body bytes held"),
+                ("pending_messages", "Messages waiting for a consumer"),
+                ("unacked_messages", "Messages delivered and not acknowledged"),
+                ("producers", "Connections producing to it"),
+                ("consumers", "Consumers attached (backups included)"),
+                ("held_sends", "SENDs held for its producers"),
+                ("throttled", "1 while its producers are throttled"),
+                ("messages_peak", "Highest message count sampled"),
+            )
+        }
+        paused = GaugeMetricFamily(
+            "sluiceway_destination_paused", "1 while paused", labels=[*labels, "what"]
+        )
+        limits = GaugeMetricFamily(
+            "sluiceway_destination_limit", "A limit property (-1: none)", labels=[*labels, "limit"]
+        )
+        counters = {
+            attr: CounterMetricFamily(f"sluiceway_destination_{name}", text, labels=labels)
+            for attr, name, text in _COUNTERS
+        }
+        sampler = self.services.metrics
+        for destination in model.list_destinations(broker):
+            key = [destination.name.path, destination.name.kind.value]
+            summary = model.destination_summary(destination)
+            trend = sampler.destination_trend(destination.name)
+            values = {
+                "messages": summary.msgs,
+                "message_bytes": summary.msg_bytes,
+                "pending_messages": summary.pending,
+                "unacked_messages": summary.unacked,
+                "producers": summary.producers,
+                "consumers": summary.consumers,
+                "held_sends": summary.held_sends,
+                "throttled": int(summary.throttled),
+                "messages_peak": trend.msgs_peak if trend is not None else summary.msgs,
+            }
+            for name, family in gauges.items():
+                family.add_metric(key, values[name])
+            paused.add_metric([*key, "producers"], int(destination.paused_producers))
+            paused.add_metric([*key, "consumers"], int(destination.paused_consumers))
+            properties = model.destination_properties(destination)
+            for limit in _LIMITS:
+                limits.add_metric([*key, limit], float(properties[limit]))
+            for attr, counter in counters.items():
+                counter.add_metric(key, getattr(destination.stats, attr))
+        yield from gauges.values()
+        yield paused
+        yield limits
+        yield from counters.values()
+
+    def _consumers(self) -> Iterator[Metric]:
+        labels = ["destination", "connection", "subscription"]
+        gauges = {
+            name: GaugeMetricFamily(f"sluiceway_consumer_{name}", text, labels=labels)
+            for name, text in (
+                ("unacked_messages", "Messages delivered to it and not acknowledged"),
+                ("outstanding_messages", "Messages given to it and not consumed (its window)"),
+                ("window_messages", "Its flow limit (-1: unlimited)"),
+                ("flow_paused_seconds", "How long its window has been used up (0: not paused)"),
+            )
+        }
+        delivered = CounterMetricFamily(
+            "sluiceway_consumer_delivered", "Messages written to it", labels=labels
+        )
+        for consumer in model.consumers(self.services.broker):
+            key = [consumer.destination, str(consumer.connection), consumer.id]
+            gauges["unacked_messages"].add_metric(key, consumer.unacked)
+            gauges["outstanding_messages"].add_metric(key, consumer.outstanding)
+            gauges["window_messages"].add_metric(key, consumer.window_limit)
+            gauges["flow_paused_seconds"].add_metric(key, consumer.flow_paused_for or 0.0)
+            delivered.add_metric(key, consumer.delivered)
+        yield from gauges.values()
+        yield delivered
+
+    def _connections(self) -> Iterator[Metric]:
+        labels = ["connection", "service"]
+        gauges = {
+            name: GaugeMetricFamily(f"sluiceway_connection_{name}", text, labels=labels)
+            for name, text in (
+                ("held_sends", "Its SENDs held until their destination can take them"),
+                ("write_buffer_bytes", "Bytes waiting to be written to it"),
+                ("outstanding_messages", "Messages given to its consumers, not consumed"),
+            )
+        }
+        for info in self.services.connections():
+            key = [str(info.number), info.service]
+            gauges["held_sends"].add_metric(key, info.held_sends)
+            gauges["write_buffer_bytes"].add_metric(key, info.write_buffer)
+            gauges["outstanding_messages"].add_metric(key, info.outstanding)
+        yield from gauges.values()
+
+
+def register(server: AdminServer) -> None:
+    """Serve /metrics on the admin endpoint."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(server.services))
+
+    async def metrics(request: web.Request) -> web.Response:
+        response = web.Response(body=generate_latest(registry))
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    server.app.router.add_get("/metrics", metrics)

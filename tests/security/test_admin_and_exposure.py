@@ -1,0 +1,150 @@
+"""The admin API's credentials, the loopback rule, and what a real broker process logs."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sluiceway.config import build_config
+from sluiceway.errors import ConfigError
+from sluiceway.server.services import check_exposure
+from sluiceway.testing import BrokerProcess
+from tests.e2e.rawclient import RawClient
+from tests.security.conftest import PASSWORDS, RULES, USERS, Secured
+
+
+def admin_get(port: int, path: str, user: str | None = None, password: str = "") -> int:
+    """GET an admin API path (with HTTP Basic credentials when `user` is given): the status."""
+    headers = {}
+    if user is not None:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    url = f"http://127.0.0.1:{port}{path}"
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code
+
+
+# -- the admin API ----------------------------------------------------------------------------
+
+
+def test_admin_api_needs_an_administrator(secured: Secured) -> None:
+    port = secured.broker.admin_port
+    assert admin_get(port, "/api/v1/broker") == 401
+    assert admin_get(port, "/api/v1/broker", "root", "wrong") == 401
+    assert admin_get(port, "/api/v1/broker", "nobody", "wrong") == 401
+    assert admin_get(port, "/api/v1/broker", "bob", USERS["bob"][0]) == 403
+    assert admin_get(port, "/api/v1/broker", "root", USERS["root"][0]) == 200
+
+
+# -- the loopback rule ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("properties", "refused"),
+    [
+        pytest.param({"imq.hostname": "0.0.0.0"}, True, id="exposed"),  # noqa: S104
+        pytest.param({"imq.hostname": "127.0.0.1"}, False, id="loopback"),
+        pytest.param({"imq.hostname": "localhost"}, False, id="localhost"),
+        pytest.param({"imq.hostname": "::1"}, False, id="ipv6-loopback"),
+        pytest.param(
+            {"imq.hostname": "0.0.0.0", "imq.authentication.insecure": "true"},  # noqa: S104
+            False,
+            id="insecure",
+        ),
+        pytest.param(
+            {"imq.hostname": "0.0.0.0", "imq.authentication.enabled": "true"},  # noqa: S104
+            False,
+            id="authenticated",
+        ),
+    ],
+)
+def test_check_exposure(properties: dict[str, str], refused: bool) -> None:
+    config = build_config(properties)
+    if not refused:
+        check_exposure(config)
+        return
+    with pytest.raises(ConfigError) as caught:
+        check_exposure(config)
+    assert caught.value.name == "imq.authentication.enabled"
+    assert "imq.authentication.enabled=true" in str(caught.value)
+    assert "imq.authentication.insecure=true" in str(caught.value)
+
+
+def test_a_broker_on_every_address_without_authentication_will_not_start(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "sluiceway", "broker", "--host", "0.0.0.0", "--port", "0"]  # noqa: S104  (refused before binding)
+    result = subprocess.run(
+        [*command, "--data-dir", str(tmp_path), "-D", "imq.admin.http.port=0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "cannot start" in result.stderr
+    assert "imq.authentication.enabled" in result.stderr
+    assert "ready" not in result.stderr
+
+
+def test_an_authenticating_broker_process_never_logs_a_password(
+    tmp_path: Path, users_template: bytes
+) -> None:
+    users, access = tmp_path / "passwd", tmp_path / "acl.properties"
+    users.write_bytes(users_template)
+    access.write_text(RULES)
+    typo = "typo-Vb5c"
+    with BrokerProcess(
+        "-D",
+        "imq.authentication.enabled=true",
+        "-D",
+        f"imq.user_repository.file.filename={users}",
+        "-D",
+        f"imq.accesscontrol.file.filename={access}",
+        "-D",
+        "imq.log.level=DEBUG",
+    ) as broker:
+        for login, passcode in (("alice", typo), ("nobody", typo), ("carol", None)):
+            client = RawClient(broker.port)
+            headers = {"accept-version": "1.2", "host": "x", "login": login}
+            if passcode is not None:
+                headers["passcode"] = passcode
+            client.send("CONNECT", headers)
+            assert client.expect("ERROR").headers["status"] == "401"
+            client.close()
+        client = RawClient(broker.port)
+        client.send_bytes(b"CONNECT\naccept-version:1.2\nlogin:bob\npasscode:\xfe\n\n\0")
+        assert client.expect("ERROR").headers["status"] == "400"
+        client.close()
+        for user in ("alice", "carol", "eve"):
+            client = RawClient(broker.port)
+            client.send(
+                "CONNECT", {"accept-version": "1.2", "login": user, "passcode": USERS[user][0]}
+            )
+            client.read_some(time.monotonic() + 5)
+            client.close()
+        carol = RawClient(broker.port)
+        carol.connect(login="carol", passcode=USERS["carol"][0], failed_receipts="true")
+        assert carol.request("SEND", {"destination": "/queue/orders"}).headers["status"] == "403"
+        carol.close()
+        assert admin_get(broker.admin_port, "/api/v1/broker", "root", USERS["root"][0]) == 200
+        assert admin_get(broker.admin_port, "/api/v1/broker", "root", typo) == 401
+        assert admin_get(broker.admin_port, "/api/v1/broker", "bob", USERS["bob"][0]) == 403
+        code, log = broker.stop()
+    assert code == 0
+    assert "DEBUG" in log
+    assert "wrong user name or password for user 'alice'" in log
+    assert "user carol may not produce to /queue/orders" in log
+    assert "user eve may not connect" in log
+    for secret in (*PASSWORDS, typo):
+        assert secret not in log
