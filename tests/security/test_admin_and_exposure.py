@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from sluiceway.errors import ConfigError
 from sluiceway.server.services import check_exposure
 from sluiceway.testing import BrokerProcess
 from tests.e2e.rawclient import RawClient
-from tests.security.conftest import PASSWORDS, RULES, USERS, Secured
+from tests.security.conftest import PASSWORDS, RULES, USERS, Secured, SecuredFactory
 
 
 def admin_get(port: int, path: str, user: str | None = None, password: str = "") -> int:
@@ -148,3 +149,66 @@ def test_an_authenticating_broker_process_never_logs_a_password(
     assert "user eve may not connect" in log
     for secret in (*PASSWORDS, typo):
         assert secret not in log
+
+
+# -- connection.ADMIN rules, and files that cannot be read ------------------------------------
+
+
+def test_connection_admin_rules_narrow_the_admin_group(secured_factory: SecuredFactory) -> None:
+    rules = RULES.replace(
+        "connection.ADMIN.allow.group=admin",
+        "connection.ADMIN.allow.group=admin\nconnection.ADMIN.deny.user=root",
+    )
+    port = secured_factory(rules).broker.admin_port
+    assert admin_get(port, "/api/v1/broker", "root", USERS["root"][0]) == 403
+
+
+def _start_broker(tmp_path: Path, *properties: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "sluiceway", "broker", "--port", "0"]
+    defines = [arg for prop in properties for arg in ("-D", prop)]
+    return subprocess.run(
+        [*command, "--data-dir", str(tmp_path), "-D", "imq.admin.http.port=-1", *defines],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("broken", ["users", "rules"])
+def test_a_broken_security_file_stops_the_start(
+    tmp_path: Path, users_template: bytes, broken: str
+) -> None:
+    users, access = tmp_path / "passwd", tmp_path / "acl.properties"
+    users.write_bytes(users_template)
+    access.write_text(RULES)
+    broken_file = users if broken == "users" else access
+    with broken_file.open("a") as out:
+        out.write("this line means nothing\n")
+    result = _start_broker(
+        tmp_path,
+        "imq.authentication.enabled=true",
+        f"imq.user_repository.file.filename={users}",
+        f"imq.accesscontrol.file.filename={access}",
+    )
+    assert result.returncode == 1
+    assert "cannot start" in result.stderr
+    assert str(broken_file) in result.stderr
+    assert "ready" not in result.stderr
+
+
+def test_a_users_file_broken_while_running_answers_500(secured: Secured) -> None:
+    port = secured.broker.admin_port
+    assert admin_get(port, "/api/v1/broker", "root", USERS["root"][0]) == 200
+    users = secured.directory / "passwd"
+    users.write_bytes(users.read_bytes() + b"garbage without colons\n")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v1/broker",
+        headers={"Authorization": "Basic " + base64.b64encode(b"root:x").decode()},
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)  # noqa: S310  (a local test URL)
+    body = json.loads(caught.value.read())
+    caught.value.close()
+    assert caught.value.code == 500
+    assert body["error"] == "cannot check credentials"

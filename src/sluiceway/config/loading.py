@@ -296,7 +296,7 @@ def render_reference() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `src/sluiceway/config.py` (`sluiceway broker --list-properties`); a test",
+        "Generated from `src/sluiceway/config/` (`sluiceway broker --list-properties`); a test",
         "checks that this file matches. Set properties in a file given with `--config FILE`",
         "(Java-properties syntax) or on the command line with `-D name=value`, which wins.",
         "An unknown property or a bad value stops start-up with a message that names it.",

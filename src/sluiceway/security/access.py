@@ -500,3 +500,15 @@ class Gate:
                     self.users,
                 )
         return self._authenticator
+
+
+def check_security_files(config: BrokerConfig) -> None:
+    """Start-up check: with authentication on, the users file and the access rules must be
+    readable, so that a broker that could accept no one (or would refuse everything) says so
+    and stops instead of starting and refusing every client. Raises ConfigError naming the
+    property, the file and the line."""
+    if not config.authentication:
+        return
+    Authenticator(users_path(config))
+    if config.access_control:
+        AccessControl(access_path(config)).require_valid()

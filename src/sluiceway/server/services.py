@@ -26,6 +26,7 @@ from sluiceway.admin.metrics import MetricsSampler
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.errors import ConfigError
+from sluiceway.security.access import check_security_files
 from sluiceway.server.connection import ConnectionInfo, Traffic
 from sluiceway.server.stomp_server import StompServer
 from sluiceway.server.tls import server_context
@@ -76,6 +77,7 @@ class Services:
     async def start(self) -> None:
         config = self.config
         check_exposure(config)
+        check_security_files(config)
         # The certificate is loaded before anything binds: a broker that cannot serve every
         # service it was asked for refuses to start, and leaves no port open behind it.
         stomp_tls = server_context(config) if config.stomp_tls_port >= 0 else None

@@ -71,6 +71,11 @@ class StompServer:
             reuse_address=True,
             backlog=1024,
             ssl=tls,
+            # A client that never finishes the handshake gets as long as one that never sends
+            # CONNECT (imq.stomp.connect.timeout), not asyncio's minute.
+            ssl_handshake_timeout=self.config.connect_timeout_ms / 1000
+            if tls is not None
+            else None,
         )
         for sock in self._server.sockets:
             # Accepted sockets inherit these buffer sizes from the listening socket.
