@@ -2,8 +2,8 @@
 
 Every error a user can see says what was wrong, which limit or input caused it, and what to do.
 Broker errors carry the Open MQ status code that goes into the `status` header of a STOMP ERROR
-frame (400 bad request, 401 unauthorized, 403 forbidden, 404 not found, 409 conflict, 414 resource
-full, 423 entity too large, 500 internal).
+frame (400 bad request, 401 unauthorized, 403 forbidden, 404 not found, 409 conflict, 410 gone,
+414 resource full, 423 entity too large, 500 internal).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class Status(IntEnum):
     FORBIDDEN = 403
     NOT_FOUND = 404
     CONFLICT = 409
+    GONE = 410  # HTTP's code for something that existed and is no more: an expired lease
     RESOURCE_FULL = 414
     ENTITY_TOO_LARGE = 423
     INTERNAL = 500
@@ -118,6 +119,10 @@ class Conflict(BrokerError):
     status = Status.CONFLICT
 
 
+class Gone(BrokerError):
+    status = Status.GONE
+
+
 class ResourceFull(BrokerError):
     status = Status.RESOURCE_FULL
 
@@ -138,6 +143,7 @@ BROKER_ERRORS: dict[int, type[BrokerError]] = {
         Forbidden,
         NotFound,
         Conflict,
+        Gone,
         ResourceFull,
         EntityTooLarge,
     )

@@ -154,7 +154,44 @@ def test_history_rows_one_per_object_and_interval(make_broker: BrokerFactory) ->
     assert (queue["msgs"], queue["unacked"], queue["consumers"]) == (1, 1, 1)
     (consumer,) = [r for r in last if r["kind"] == "consumer"]
     assert (consumer["window_limit"], consumer["unacked"]) == (1000, 1)
+    assert (consumer["window_threshold"], consumer["ack"], consumer["backup"]) == (
+        50,
+        "client-individual",
+        False,
+    )
+    (top,) = [r for r in last if r["kind"] == "broker"]
+    assert top["started"] == int(services.started * 1000)
+    assert queue["dispatch_policy"] == "openmq"
+    assert "held_producer" not in kinds  # nobody is held
     client.close()
+
+
+def test_history_rows_name_held_producers_and_why(make_broker: BrokerFactory) -> None:
+    broker = make_broker(
+        {
+            "imq.destination.queue.tight.limitBehavior": "FLOW_CONTROL",
+            "imq.destination.queue.tight.maxNumMsgs": "1",
+        }
+    )
+    _, services = parts(broker)
+    history = services.history
+    assert history is not None
+    producer = RawClient(broker.port)
+    producer.connect()
+    producer.request("SEND", {"destination": "/queue/tight"}, b"first")
+    producer.send("SEND", {"destination": "/queue/tight", "receipt": "held"}, b"second")
+    producer.sync()  # the second SEND is held: its receipt has not come
+    rows = broker.call(lambda: history.rows(int(time.time() * 1000)))
+    (held,) = [r for r in rows if r["kind"] == "held_producer"]
+    assert held["destination"] == "/queue/tight"
+    assert (held["reason"], held["limit"], held["held_sends"]) == (
+        "destination full",
+        "maxNumMsgs",
+        1,
+    )
+    assert "maxNumMsgs is 1" in held["detail"]
+    assert 0 <= held["held_for"] < 10
+    producer.close()
 
 
 def test_history_retention_and_size_bound(tmp_path: Path, make_broker: BrokerFactory) -> None:

@@ -347,6 +347,9 @@ def test_browser_walks_the_queue_and_ends_with_a_marker(broker: Broker) -> None:
         "browser": "end",
         "next-sequence": "6",  # after the highest sequence number the browse returned
         "head-sequence": "5",
+        "first-sequence": "1",  # the oldest message waiting
+        "message-count": "5",  # browsing took none of them
+        "consumer-flow-limit": "1000",  # the queue's consumerFlowLimit
     }
     queue = broker.registry.get(parse_destination("/queue/b"))
     assert queue is not None

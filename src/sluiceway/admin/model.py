@@ -118,11 +118,26 @@ class ConsumerSnapshot:
     durable: str  # the durable subscription's name, or ""
     backup: bool
     window_limit: int  # -1: unlimited
+    window_threshold: int  # percent: the window refills once unconsumed falls to limit x this
     outstanding: int  # given to it and not consumed
     staged: int  # given and not yet written
     unacked: int
     delivered: int
     flow_paused_for: float | None  # seconds its window has been used up, or None
+
+
+@dataclass(frozen=True, slots=True)
+class HeldProducerSnapshot:
+    """One connection whose SENDs the broker holds, with the reason of its oldest held SEND."""
+
+    connection: int
+    destination: str
+    reason: str  # short, e.g. "destination full", "producer throttled", "producers paused"
+    limit: str  # the property that holds it (e.g. maxNumMsgs), or ""
+    detail: str  # the full explanation, with the limit's value
+    held_for: float  # seconds its oldest held SEND has waited
+    held_sends: int
+    held_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +261,7 @@ def consumer_snapshot(subscription: Subscription, now: float) -> ConsumerSnapsho
         else "",
         backup=isinstance(subscription, QueueSubscription) and subscription.backup,
         window_limit=window.limit if window.limit > 0 else -1,
+        window_threshold=subscription.flow.threshold,
         outstanding=window.outstanding,
         staged=len(subscription.staged),
         unacked=len(subscription.unacked),
@@ -300,6 +316,24 @@ def consumers(broker: Broker) -> list[ConsumerSnapshot]:
     now = broker.clock.monotonic()
     return [
         consumer_snapshot(s, now) for d in list_destinations(broker) for s in subscriptions_of(d)
+    ]
+
+
+def held_producers(broker: Broker) -> list[HeldProducerSnapshot]:
+    """Every connection with held SENDs, in the order they were held."""
+    now = broker.clock.monotonic()
+    return [
+        HeldProducerSnapshot(
+            connection=held.connection,
+            destination=held.destination,
+            reason=held.reason,
+            limit=held.limit or "",
+            detail=held.detail,
+            held_for=round(now - held.since, 3),
+            held_sends=held.held_sends,
+            held_bytes=held.held_bytes,
+        )
+        for held in broker.producers.held()
     ]
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sluiceway import __version__
+from sluiceway.analysis import command as analyze
 from sluiceway.cli import cmd
 from sluiceway.config import BrokerConfig, load_config, render_reference
 from sluiceway.errors import ConfigError, SluicewayError
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print every property with its default and meaning, then exit",
     )
     cmd.add_parser(commands)
+    analyze.add_parser(commands)
     return parser
 
 
@@ -70,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_broker(args)
     if args.command == "cmd":
         return cmd.run(args)
+    if args.command == "analyze":
+        return analyze.run(args)
     return 2  # argparse rejects unknown commands before this
 
 

@@ -326,6 +326,44 @@ class BrokerConfig(ServiceConfig):
         16 * 1024 * 1024,
         "Most bytes of message bodies held for one connection (as hold.max_messages).",
     )
+    lease_ttl_ms: int = prop(
+        "imq.lease.ttl",
+        int_parser(minimum=1),
+        600_000,
+        "How long a queue lease keeps its messages when its SUBSCRIBE gives no lease-ttl, in "
+        "ms; then it expires and its messages go back to the queue, redelivered.",
+    )
+    lease_max_messages: int = prop(
+        "imq.lease.max_messages",
+        int_parser(minimum=1),
+        100_000,
+        "Most messages one queue lease may take (a larger lease-max-messages is cut to this).",
+    )
+    lease_max_bytes: int = prop(
+        "imq.lease.max_bytes",
+        size_parser(allow_unlimited=True),
+        64 * 1024 * 1024,
+        "Most bytes of message bodies one queue lease may take (a larger lease-max-bytes is cut "
+        "to this); a lease always takes at least one message when the queue has one. -1: no "
+        "limit.",
+    )
+    lease_max_open: int = prop(
+        "imq.lease.max_open",
+        int_parser(minimum=1),
+        1000,
+        "Most open (not yet acknowledged, released or expired) leases per lease group of a "
+        "queue; a new lease beyond it is refused with status 414. The broker also remembers "
+        "this many finished leases per group, so a repeated read or acknowledgement of one "
+        "gets the same answer.",
+    )
+    stage_ttl_ms: int = prop(
+        "imq.stage.ttl",
+        int_parser(minimum=1, maximum=2**63 - 1),
+        600_000,
+        "How long a stage (a batch's messages staged by one writer task) waits for its COMMIT "
+        "when its SENDs give no stage-ttl, in ms, counted from its latest SEND; then it is "
+        "discarded.",
+    )
     dmq_truncate_body: bool = prop(
         "imq.destination.DMQ.truncateBody",
         parse_bool,

@@ -22,18 +22,23 @@ from sluiceway.config import (
 from sluiceway.core.clock import Clock, SystemClock
 from sluiceway.core.connection import CoreConnection
 from sluiceway.core.context import Context
+from sluiceway.core.cursors import Cursors
 from sluiceway.core.destination import Destination, Queue, Topic
 from sluiceway.core.dmq import DMQ_NAME, DMQ_SETTINGS
 from sluiceway.core.durable import DurableState
 from sluiceway.core.flow import ConnectionFlow
+from sluiceway.core.lease_records import encode_lease_snapshot
+from sluiceway.core.leases import Leases
 from sluiceway.core.memory import MemoryLedger, MemoryLevel, level_policy, swap_point
 from sluiceway.core.message import Message
 from sluiceway.core.pending import Spill
 from sluiceway.core.persistence import JournalStore, Recovery
 from sluiceway.core.producers import ProducerControl
-from sluiceway.core.records import DurableRecord
+from sluiceway.core.records import DurableRecord, RecordType
 from sluiceway.core.registry import DestinationRegistry
 from sluiceway.core.selector import compile_selector
+from sluiceway.core.stage_journal import StageJournal
+from sluiceway.core.stages import StageArea
 from sluiceway.core.store import MemoryStore, MessageStore
 from sluiceway.core.subscription import MessageFilter
 from sluiceway.errors import (
@@ -82,8 +87,15 @@ class Broker:
         # Durable subscriptions by (client id, name), and the topic that keeps each.
         self.durables: dict[tuple[str, str], Topic] = {}
         self._next_durable_id = 0
+        # Topic cursors and queue leases (docs/pipelines-protocol.md).
+        self.cursors = Cursors(self.registry, self.store)
+        self.leases = Leases(self)
+        # Stages: batches published exactly once (same document).
+        self.stages = StageArea(self)
         if isinstance(self.store, JournalStore):
             self.store.set_snapshot(self._snapshot)
+            self.store.add_snapshot_part(self._lease_snapshot)
+            StageJournal(self.store, self.stages)
         self.connections: dict[int, CoreConnection] = {}
         self._next_connection = 0
         # Message ids are unique across restarts: a random prefix per broker run, then a counter.
@@ -109,6 +121,8 @@ class Broker:
             topic.add_durable(state)
             self.durables[state.key] = topic
             self._next_durable_id = max(self._next_durable_id, record.sub_id)
+        self.cursors.restore(recovery.leases.cursors)
+        self.leases.restore(recovery.leases)
         return recovery
 
     def _recovered_message(self, message: Message) -> None:
@@ -122,6 +136,11 @@ class Broker:
         seqs = [(d.name, d.reserved_seq) for d in self.registry if d.reserved_seq]
         durables = [topic.durables[key].record for key, topic in self.durables.items()]
         return seqs, durables
+
+    def _lease_snapshot(self) -> tuple[RecordType, bytes]:
+        """The cursors and lease groups a new journal segment starts with, after _snapshot."""
+        snapshot = self.leases.snapshot(self.cursors.records())
+        return RecordType.LEASE_SNAPSHOT, encode_lease_snapshot(snapshot)
 
     # -- durable subscriptions ------------------------------------------------------------------
 
@@ -189,7 +208,8 @@ class Broker:
 
     def tick(self) -> None:
         """Periodic work: reclaim messages held by stalled connections, sweep expired messages,
-        measure memory, review throttling, refuse SENDs held past their deadline."""
+        measure memory, expire leases past their lease-ttl, review throttling, refuse SENDs held
+        past their deadline."""
         now = self.clock.monotonic()
         reclaim_after = self.config.stalled_reclaim_ms / 1000
         if reclaim_after > 0:
@@ -212,6 +232,8 @@ class Broker:
             topic.trim()
         self.store.maintain()
         self.ledger.check()
+        self.leases.expire_due()
+        self.stages.expire()
         self.producers.expire(now)
         self.producers.review()
         self.producers.settle()
@@ -304,6 +326,13 @@ class Broker:
                 f"{name} has {destination.subscription_count} consumers and {len(durables)} "
                 "durable subscriptions; close and remove them first",
             )
+        if destination.staged_count:
+            # A COMMIT must be able to publish every message it lists (all or nothing).
+            raise Conflict(
+                "destination in use",
+                f"{name} has {destination.staged_count} staged messages waiting for a COMMIT; "
+                "commit or abort their stages first (or let their stage-ttl pass)",
+            )
         self.producers.fail_held(
             destination,
             NotFound(
@@ -312,6 +341,10 @@ class Broker:
                 destination=name.path,
             ),
         )
+        if isinstance(destination, Queue):
+            self.leases.destination_destroyed(destination)
+        elif isinstance(destination, Topic):
+            self.cursors.topic_destroyed(destination)
         destination.purge()
         for connection in self.connections.values():
             connection.produced_to.discard(destination)

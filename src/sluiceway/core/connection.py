@@ -13,12 +13,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from sluiceway.core.cursors import CursorRead
 from sluiceway.core.destination import Destination, Queue, Topic
 from sluiceway.core.durable import DurableState, DurableSubscription
 from sluiceway.core.flow import ConnectionFlow, ConsumerFlow
 from sluiceway.core.holding import HeldQueue, HeldSend
+from sluiceway.core.leased import LeaseReader
+from sluiceway.core.leases import LeaseRead
 from sluiceway.core.limits import check_size
 from sluiceway.core.message import Message
+from sluiceway.core.stages import StagedSend
 from sluiceway.core.subscription import (
     AckMode,
     BrowserSubscription,
@@ -172,13 +176,17 @@ class CoreConnection:
         browser: bool = False,
         browse_range: tuple[int, int | None] = (0, None),
         durable_name: str | None = None,
+        cursor: CursorRead | None = None,
+        lease: LeaseRead | None = None,
     ) -> Subscription:
         """Create a subscription; it is given messages at once if any are waiting.
 
         With `browser`, the subscription browses instead: a queue's pending messages, or a
         topic's log, within `browse_range` (first sequence number, first one past the end).
         With `durable_name`, it attaches to that durable subscription of this connection's
-        client id, creating it if new.
+        client id, creating it if new. With `cursor` (a topic browser), it opens that cursor
+        and reads from its position unless told where; with `lease`, it reads that queue lease,
+        creating it if new (core.cursors, core.leases).
         """
         if sub_id in self.subscriptions:
             raise Conflict(
@@ -197,6 +205,9 @@ class CoreConnection:
         state = None
         if durable_name is not None and not browser:
             state = self._durable_state(destination, durable_name, selector)
+        # Opened (or created) before anything is registered, since either may be refused.
+        opened = None if cursor is None else self.broker.cursors.open(destination, cursor)
+        view = None if lease is None else self.broker.leases.read(destination, lease)
         flow = ConsumerFlow.negotiate(
             requested_limit=requested_limit,
             threshold=threshold,
@@ -205,12 +216,14 @@ class CoreConnection:
         )
         self._next_subscription += 1
         cls = _subscription_class(destination, browser, durable=state is not None)
+        if view is not None:
+            cls = LeaseReader
         subscription = cls(
             sub_id=sub_id,
             number=self._next_subscription,
             connection=self,
             destination=destination,
-            ack_mode=AckMode.AUTO if browser else ack_mode,
+            ack_mode=AckMode.AUTO if browser or view is not None else ack_mode,
             flow=flow,
             selector=selector,
         )
@@ -223,8 +236,15 @@ class CoreConnection:
         elif isinstance(subscription, DurableSubscription):
             assert state is not None
             subscription.attach(state)
+        elif isinstance(subscription, LeaseReader):
+            assert view is not None
+            subscription.show(view.name, view.state, view.lease)
         elif isinstance(subscription, BrowserSubscription | TopicBrowserSubscription):
             start, end = browse_range
+            if cursor is not None and opened is not None:
+                start = cursor.from_seq if cursor.from_seq is not None else opened.position
+                end = cursor.to_seq
+                subscription.end_extra = opened.end_headers
             if not start and isinstance(subscription, TopicBrowserSubscription):
                 start = subscription.topic.log.first_seq or destination.last_seq + 1
             subscription.set_range(start, end)
@@ -305,9 +325,11 @@ class CoreConnection:
         persistent: bool,
         transaction: str | None = None,
         report: bool | None = None,
+        stage: StagedSend | None = None,
     ) -> Sent:
         """Accept a message for `name`: published now, held until its destination can take it
-        (the HeldSend is returned), or published at COMMIT of `transaction`.
+        (the HeldSend is returned), or published at COMMIT of `transaction`. With `stage`, it
+        goes through the same admission into that stage instead (core.stages).
 
         `report` (default: `persistent`) says whether the producer hears of a refusal: the
         SEND asked for a receipt, or is persistent. Without it a refused message is dropped and
@@ -339,7 +361,13 @@ class CoreConnection:
             broker.producers.register(self, destination)
             tx.add_send(destination, message, broker.config.tx_producer_max_msgs)
             return Sent(message, None)
-        return Sent(message, broker.producers.produce(self, destination, message, report=report))
+        into = None
+        if stage is not None:
+            into = broker.stages.target(stage.name, destination, stage.ttl_ms)
+            if into is None:  # its batch was committed before: accepted, and dropped
+                return Sent(message, None)
+        held = broker.producers.produce(self, destination, message, report=report, into=into)
+        return Sent(message, held)
 
     # -- acknowledging -------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from sluiceway.naming import DestinationName
 SEQ_BLOCK: Final = 1000
 
 if TYPE_CHECKING:
+    from sluiceway.core.cursors import Cursor
     from sluiceway.core.durable import DurableState
     from sluiceway.core.subscription import QueueSubscription, TopicSubscription
 
@@ -85,6 +86,8 @@ class Destination:
         "paused_producers",
         "producers",
         "settings",
+        "staged_bytes",
+        "staged_count",
         "stats",
         "store",
         "throttled",
@@ -110,6 +113,10 @@ class Destination:
         self.paused_producers = False  # pause dst -pst PRODUCERS
         self.paused_consumers = False  # pause dst -pst CONSUMERS
         self.throttled = False  # JMS IQ Manager throttling (core.throttle)
+        # Messages staged for it and not yet published (core.stages): unseen by consumers, but
+        # counted against its limits, so producer flow control sees them.
+        self.staged_count = 0
+        self.staged_bytes = 0
 
     @property
     def is_dmq(self) -> bool:
@@ -251,7 +258,7 @@ class Queue(Destination):
         return len(self.pending)
 
     def fullness(self) -> Fullness:
-        return Fullness(self.held_count, self.held_bytes)
+        return Fullness(self.held_count + self.staged_count, self.held_bytes + self.staged_bytes)
 
     def undelivered(self) -> int:
         return len(self.pending) + sum(len(c.staged) for c in self.consumers)
@@ -396,11 +403,12 @@ class Topic(Destination):
     """Publish/subscribe: each message to every subscriber present when it was sent.
 
     A topic with durable subscriptions also retains, in its log, every message one of them
-    accepts, until all of them have moved past it (see core.durable). Its message limits apply
-    to each subscription's backlog and to the log: the fullest decides.
+    accepts, until all of them have moved past it (see core.durable); a topic with cursors
+    (core.cursors), every message at or after the position of one of them. Its message limits
+    apply to each subscription's backlog and to the log: the fullest decides.
     """
 
-    __slots__ = ("durables", "log", "subscribers")
+    __slots__ = ("cursors", "durables", "log", "subscribers")
 
     def __init__(
         self, name: DestinationName, settings: DestinationSettings, context: Context
@@ -408,6 +416,7 @@ class Topic(Destination):
         super().__init__(name, settings, context)
         self.subscribers: list[TopicSubscription] = []
         self.durables: dict[tuple[str, str], DurableState] = {}
+        self.cursors: dict[str, Cursor] = {}  # by group name
         self.log = SeqLog(context.ledger, context.spill)
 
     @property
@@ -423,7 +432,8 @@ class Topic(Destination):
         for subscriber in self.subscribers:
             count = max(count, len(subscriber.pending) + subscriber.window.outstanding)
             size = max(size, subscriber.pending.bytes)
-        return Fullness(count, size)
+        # Staged messages join every backlog once published.
+        return Fullness(count + self.staged_count, size + self.staged_bytes)
 
     def undelivered(self) -> int:
         backlog = max((len(s.pending) + len(s.staged) for s in self.subscribers), default=0)
@@ -443,7 +453,9 @@ class Topic(Destination):
                 self._took(message)
                 subscriber.fill()
                 taken = True
-        if any(state.accepts(message) for state in self.durables.values()):
+        if any(state.accepts(message) for state in self.durables.values()) or any(
+            cursor.position <= message.seq for cursor in self.cursors.values()
+        ):
             if message.persistent:
                 self.store.added(message)
             self.log.append(message)
@@ -488,6 +500,7 @@ class Topic(Destination):
     def trim(self) -> int:
         """Drop from the log what no durable subscription needs any more; return how many."""
         floor = min((state.floor() for state in self.durables.values()), default=2**63)
+        floor = min([floor, *(cursor.position for cursor in self.cursors.values())])
         trimmed = self.log.trim(floor)
         for message in trimmed:
             self._drop_logged(message)

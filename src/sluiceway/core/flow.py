@@ -45,6 +45,13 @@ def effective_limit(client: int, destination: int) -> int:
     return min(client, destination)
 
 
+def destination_window(destination_limit: int) -> int:
+    """A destination's effective consumer flow limit: its `consumerFlowLimit`, or the default
+    imqConsumerFlowLimit when it sets no cap (0 or -1). What range reads report and what a
+    queue lease takes when its reader asks for no size."""
+    return destination_limit if destination_limit > 0 else DEFAULT_CONSUMER_FLOW_LIMIT
+
+
 def resume_count(limit: int, threshold: int) -> int:
     """Unconsumed count at or below which a paused window refills: floor(L*T/100), at most L-1."""
     count = limit * threshold // 100

@@ -36,7 +36,16 @@ Outcome = Callable[[BrokerError | None], None]
 class HeldSend:
     """One SEND the broker keeps until its destination can take the message."""
 
-    __slots__ = ("deadline", "destination", "message", "on_done", "reason", "report", "since")
+    __slots__ = (
+        "deadline",
+        "destination",
+        "into",
+        "message",
+        "on_done",
+        "reason",
+        "report",
+        "since",
+    )
 
     def __init__(
         self,
@@ -47,9 +56,12 @@ class HeldSend:
         reason: BrokerError,
         since: float,
         deadline: float,
+        into: Callable[[Message], None] | None = None,
     ) -> None:
         self.destination = destination
         self.message = message
+        # Where the message goes once admitted, when not into the destination (a stage).
+        self.into = into
         self.report = report  # the producer hears of a refusal (receipt asked, or persistent)
         self.reason = reason  # why it waits (names the destination and the limit)
         self.since = since  # monotonic time it was held

@@ -98,6 +98,13 @@ class PendingList:
         return self._bytes
 
     @property
+    def first_seq(self) -> int | None:
+        """The lowest sequence number held, of any priority (None when empty)."""
+        mask = self._mask
+        levels = [self._levels[p] for p in range(PRIORITY_LEVELS) if mask & (1 << p)]
+        return min((self._first_seq(level) for level in levels), default=None)
+
+    @property
     def spilled(self) -> int:
         """Messages held in the swap area."""
         return sum(c.count for level in self._levels for c in level.chunks)

@@ -11,7 +11,9 @@ Disk is reclaimed by tracking which records are still live: one byte per record 
 An ADD is live while its message is in the broker; DELIVERED and DURABLE_* marks while their
 message is; a REMOVE while the segment holding its ADD still exists (else the message would come
 back on recovery); SEQ, DURABLE and SNAPSHOT records only until the next rotation, which starts
-the new segment with a SNAPSHOT of that state. A segment with no live record is deleted; one
+the new segment with a SNAPSHOT of that state. Topic cursors and queue leases follow the same two
+lifetimes (core.lease_records): their state records are restated after the SNAPSHOT, and a
+LEASE_MARK lives as long as its message. A segment with no live record is deleted; one
 that is mostly dead is rewritten with its live records only.
 
 Recovery reads the journal twice: the first pass replays only the bookkeeping (which ADDs are
@@ -27,8 +29,21 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
+from sluiceway.core.lease_records import (
+    STATE_RECORDS,
+    CursorRecord,
+    LeaseRecord,
+    LeaseState,
+    RecoveredLeases,
+    decode_lease_mark,
+    encode_cursor,
+    encode_cursor_end,
+    encode_lease,
+    encode_lease_end,
+    encode_lease_mark,
+)
 from sluiceway.core.message import Message
 from sluiceway.core.records import (
     DurableRecord,
@@ -53,7 +68,7 @@ from sluiceway.core.records import (
     encode_tx,
 )
 from sluiceway.naming import DestinationName
-from sluiceway.store.journal import Journal, Record
+from sluiceway.store.journal import Journal, Position, Record
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +77,24 @@ COMPACT_MIN_BYTES: Final = 1024 * 1024  # ...and it is at least this big (small 
 SEQ_BLOCK: Final = 1000  # sequence numbers reserved per SEQ record
 
 Snapshot = Callable[[], tuple[list[tuple[DestinationName, int]], list[DurableRecord]]]
+# More state a new segment starts with, after the SNAPSHOT: one record (type and payload).
+SnapshotPart = Callable[[], tuple[RecordType, bytes]]
+
+
+class JournalExtension(Protocol):
+    """Records another core module keeps in this journal under record types of its own
+    (core.stage_journal), replayed through these calls."""
+
+    record_types: frozenset[int]
+
+    def replay(self, record: Record) -> None:
+        """First recovery pass: one of its records, in journal order (bookkeeping only)."""
+        ...
+
+    def restore(self, record: Record | None, deliver: Callable[[Message], None]) -> None:
+        """Second pass: called with every record before it is handled, then with None at the
+        end; `deliver` takes messages back into their destinations, as for ADD records."""
+        ...
 
 
 class _Liveness:
@@ -76,7 +109,9 @@ class _Liveness:
 
     def add_segment(self, base: int) -> None:
         if base not in self.flags:
-            self.bases.append(base)
+            # In order: after recovery, a segment emptied by compaction (no record read from
+            # it) is added after later ones, and segment_of bisects.
+            bisect.insort(self.bases, base)
             self.flags[base] = bytearray()
             self.live[base] = self.total[base] = 0
 
@@ -156,6 +191,7 @@ class Recovery:
     durables: dict[int, RecoveredDurable] = field(default_factory=dict)
     messages: dict[DestinationName, int] = field(default_factory=dict)
     discarded_tx: int = 0
+    leases: RecoveredLeases = field(default_factory=RecoveredLeases)  # and topic cursors
 
 
 class JournalStore:
@@ -164,12 +200,26 @@ class JournalStore:
     def __init__(self, journal: Journal, snapshot: Snapshot | None = None) -> None:
         self.journal = journal
         self._snapshot = snapshot
+        self._snapshot_parts: list[SnapshotPart] = []
         self._live = _Liveness()
         self._meta: list[int] = []  # SEQ, DURABLE... records in the active segment
         self._tx: list[tuple[RecordType, bytes, Message | None]] | None = None
+        self._extensions: list[JournalExtension] = []
+        self._extension_of: dict[int, JournalExtension] = {}  # by record type
+        # Messages `added` that were in the journal already (a published stage's, whose
+        # STAGE_ADD stands as its ADD): core.stage_journal compares the count around a publish.
+        self.adoptions = 0
 
     def set_snapshot(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
+
+    def add_snapshot_part(self, part: SnapshotPart) -> None:
+        self._snapshot_parts.append(part)
+
+    def add_extension(self, extension: JournalExtension) -> None:
+        self._extensions.append(extension)
+        for record_type in extension.record_types:
+            self._extension_of[record_type] = extension
 
     # -- appending --------------------------------------------------------------------------------
 
@@ -178,6 +228,9 @@ class JournalStore:
 
     def added(self, message: Message) -> None:
         """A persistent message is now held by a destination."""
+        if message.location:
+            self.adoptions += 1  # already in the journal: its record stands as its ADD
+            return
         if self._tx is not None:
             self._tx.append((RecordType.ADD, encode_message(message), message))
             return
@@ -235,10 +288,77 @@ class JournalStore:
     def durable_ended(self, sub_id: int) -> None:
         self._meta_record(RecordType.DURABLE_END, encode_sub(sub_id))
 
+    def cursor_saved(self, record: CursorRecord) -> None:
+        self._meta_record(RecordType.CURSOR, encode_cursor(record))
+
+    def cursor_deleted(self, topic: str, group: str) -> None:
+        self._meta_record(RecordType.CURSOR_END, encode_cursor_end(topic, group))
+
+    def lease_opened(self, record: LeaseRecord) -> None:
+        self._meta_record(RecordType.LEASE, encode_lease(record))
+
+    def lease_marked(self, lease_id: int, message: Message) -> None:
+        if message.location:
+            payload = encode_lease_mark(lease_id, message.seq, message.location)
+            self._mark(message, self._append(RecordType.LEASE_MARK, payload))
+
+    def lease_ended(self, lease_id: int, state: LeaseState) -> None:
+        self._meta_record(RecordType.LEASE_END, encode_lease_end(lease_id, state))
+
     def _meta_record(self, record_type: RecordType, payload: bytes) -> None:
         lsn = self._append(record_type, payload)
         self._live.born(lsn)
         self._meta.append(lsn)
+
+    # -- for extensions (JournalExtension): their records follow the same two lifetimes -----------
+
+    def append_live(self, record_type: RecordType, payload: bytes) -> int:
+        """Append a record that lives until `kill` (or a REMOVE naming it); return its LSN."""
+        lsn = self._append(record_type, payload)
+        self._live.born(lsn)
+        return lsn
+
+    def append_state(self, record_type: RecordType, payload: bytes) -> int:
+        """Append a state record, live until the next rotation restates it; return its LSN."""
+        self._meta_record(record_type, payload)
+        return self.last_lsn
+
+    def kill(self, lsn: int) -> None:
+        self._live.kill(lsn)
+
+    def is_live(self, lsn: int) -> bool:
+        return self._live.is_live(lsn)
+
+    @property
+    def oldest_lsn(self) -> int:
+        """The base LSN of the oldest segment on disk: no record below it is left."""
+        return self._live.bases[0] if self._live.bases else self.journal.next_lsn
+
+    def read(self, lsn: int, offset: int) -> Record:
+        """The record `lsn`, at byte `offset` of its segment (valid until it is compacted)."""
+        return self.journal.read(Position(lsn, self._live.segment_of(lsn), offset))
+
+    def replayed(self, lsn: int, *, live: bool) -> None:
+        """Recovery, first pass: an extension's record read (`kill` it later if it dies)."""
+        self._live.born(lsn, live=live)
+
+    def replayed_state(self, lsn: int) -> None:
+        """Recovery, first pass: an extension's state record read."""
+        self._live.born(lsn)
+        self._meta.append(lsn)
+
+    def forget_replayed(self, lsn: int) -> None:
+        """Recovery, first pass: the record `lsn` read earlier is dead, and so are its marks."""
+        self._live.kill(lsn)
+        for mark in self._replay_state.marks.pop(lsn, []):
+            self._live.kill(mark)
+        self._replay_state.deliveries.pop(lsn, None)
+
+    def replayed_message(self, lsn: int) -> tuple[list[int] | None, int]:
+        """Recovery, second pass: the marks and delivery count replayed for the record `lsn`
+        that holds a message."""
+        state = self._replay_state
+        return state.marks.get(lsn), state.deliveries.get(lsn, 0)
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
@@ -313,6 +433,11 @@ class JournalStore:
         if self._snapshot is not None:
             seqs, durables = self._snapshot()
             self._meta_record(RecordType.SNAPSHOT, encode_snapshot(seqs, durables))
+        for part in self._snapshot_parts:
+            self._meta_record(*part())
+        # To the OS now: maintain() may delete the old segment, whose state records the
+        # snapshot replaces, before the next flush.
+        self.journal.flush()
 
     def _reclaim(self, *, force: bool) -> tuple[int, int]:
         deleted = compacted = 0
@@ -323,7 +448,11 @@ class JournalStore:
             live, total = self._live.live[base], self._live.total[base]
             if live == 0:
                 self.journal.delete_segment(base)
-                self._live.drop_segment(base)
+                # Deleting the oldest segment also removes later ones emptied before: forget
+                # them all, so this loop does not try to delete them again.
+                remaining = {segment.base_lsn for segment in self.journal.segments()}
+                for gone in [b for b in self._live.bases if b not in remaining]:
+                    self._live.drop_segment(gone)
                 deleted += 1
             elif (force and live < total) or (
                 live < total * COMPACT_BELOW and info.size >= COMPACT_MIN_BYTES
@@ -349,6 +478,7 @@ class JournalStore:
         self._replay_state = _ReplayState(recovery)
         self._first_pass(self.journal.recover())
         state = self._replay_state
+        recovery.leases.keep_live(self._live.is_live)
         for sub_id, durable in recovery.durables.items():
             durable.acked = state.acked.get(sub_id, set())
             durable.delivered = state.delivered.get(sub_id, {})
@@ -360,16 +490,24 @@ class JournalStore:
             recovery.discarded_tx += 1
             cut_lsn = self._append(RecordType.TX_CUT, encode_lsn(state.open_tx))
             self._live.removal(cut_lsn, state.open_tx)
+        counts = recovery.messages
+
+        def restored(message: Message) -> None:
+            counts[message.destination] = counts.get(message.destination, 0) + 1
+            deliver(message)
+
         for record in self.journal.scan():
             lsn = record.position.lsn
+            for extension in self._extensions:
+                extension.restore(record, restored)
             if record.type == RecordType.ADD and self._live.is_live(lsn):
                 message = decode_message(record.payload)
                 message.location = lsn
                 message.marks = state.marks.get(lsn)
                 message.delivery_count = state.deliveries.get(lsn, 0)
-                counts = recovery.messages
-                counts[message.destination] = counts.get(message.destination, 0) + 1
-                deliver(message)
+                restored(message)
+        for extension in self._extensions:
+            extension.restore(None, restored)
         return recovery
 
     def _first_pass(self, records: Iterable[Record]) -> None:
@@ -400,6 +538,10 @@ class JournalStore:
             if record.type == RecordType.TX_CUT:
                 self._live.born(lsn, live=False)  # its transaction was compacted away
                 continue
+            extension = self._extension_of.get(record.type)  # (never inside a transaction)
+            if extension is not None:
+                extension.replay(record)
+                continue
             self._replay(record)
         if state.open_tx is not None:
             for member in state.tx_records:
@@ -421,6 +563,11 @@ class JournalStore:
             _, _, add = decode_mark(record.payload)
             if self._replay_mark(lsn, add):
                 state.deliveries[add] = state.deliveries.get(add, 0) + 1
+        elif kind is RecordType.LEASE_MARK:
+            lease_id, _, add = decode_lease_mark(record.payload)
+            if self._replay_mark(lsn, add):  # a lease took it: one delivery
+                state.deliveries[add] = state.deliveries.get(add, 0) + 1
+                state.recovery.leases.marked(add, lease_id)
         elif kind in (RecordType.DURABLE_ACK, RecordType.DURABLE_DELIVERED):
             sub_id, seq, add = decode_sub_mark(record.payload)
             if self._replay_mark(lsn, add):
@@ -465,5 +612,7 @@ class JournalStore:
             durables[durable.sub_id] = RecoveredDurable(durable)
         elif kind is RecordType.DURABLE_END:
             durables.pop(decode_sub(record.payload), None)
+        elif kind in STATE_RECORDS:
+            recovery.leases.replay(kind, record.payload)
         self._live.born(lsn)
         self._meta.append(lsn)

@@ -20,6 +20,7 @@ refused.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sluiceway.config import BrokerConfig, LimitBehavior
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from sluiceway.core.connection import CoreConnection
 
 log = logging.getLogger(__name__)
+
+Publish = Callable[[Message], None]  # where an admitted message goes
 
 MAX_BATCH = 1000  # Open MQ's imq.producer.maxBatch
 
@@ -85,28 +88,31 @@ class ProducerControl:
         message: Message,
         *,
         report: bool,
+        into: Publish | None = None,
     ) -> HeldSend | None:
         """Publish `message` now, hold it (returned), or refuse it.
 
         With `report` (the SEND asked for a receipt, or the message is persistent) a refusal is
-        raised; otherwise the message is dropped and counted, as Open MQ does.
+        raised; otherwise the message is dropped and counted, as Open MQ does. With `into`, an
+        admitted message goes there instead of into `destination` (a stage, core.stages), still
+        counted against `destination`'s limits.
         """
         self.register(connection, destination)
         self._spend_credit(connection, message.size)
         if connection.held:  # an earlier SEND waits: this one waits behind it, in order
             return self._hold(
-                connection, destination, message, report, connection.held.head().reason
+                connection, destination, message, report, connection.held.head().reason, into=into
             )
         admission = self.admit(destination, message)
         if admission.verdict is Verdict.HOLD:
             assert admission.error is not None
-            return self._hold(connection, destination, message, report, admission.error)
+            return self._hold(connection, destination, message, report, admission.error, into=into)
         waiting = self._waiting_for(destination) if destination.held_sends else None
         if waiting is not None and admission.verdict is not Verdict.REJECT:
             # Producers already wait for room in this destination: it goes to them first, in
             # the order they were held, not to whoever sends next.
-            return self._hold(connection, destination, message, report, waiting)
-        error = self._apply(destination, message, admission)
+            return self._hold(connection, destination, message, report, waiting, into=into)
+        error = self._apply(destination, message, admission, into)
         if error is not None:
             if report:
                 raise error
@@ -171,18 +177,23 @@ class ProducerControl:
         )
 
     def _apply(
-        self, destination: Destination, message: Message, admission: Admission
+        self,
+        destination: Destination,
+        message: Message,
+        admission: Admission,
+        into: Publish | None = None,
     ) -> BrokerError | None:
         """Publish an admitted message (evicting first if so decided); the error if refused."""
         if admission.verdict is Verdict.REJECT:
             return admission.error
+        publish = into if into is not None else destination.publish
         if admission.verdict is Verdict.ACCEPT:
-            destination.publish(message)
+            publish(message)
             return None
         with self._broker.store.atomic():  # evictions, their dead copies and the new message
             error = self._evict(destination, message)
             if error is None:
-                destination.publish(message)
+                publish(message)
         return error
 
     def _evict(self, destination: Destination, message: Message) -> BrokerError | None:
@@ -278,6 +289,8 @@ class ProducerControl:
         message: Message,
         report: bool,
         reason: BrokerError,
+        *,
+        into: Publish | None = None,
     ) -> HeldSend:
         now = self._clock.monotonic()
         send = HeldSend(
@@ -287,6 +300,7 @@ class ProducerControl:
             reason=reason,
             since=now,
             deadline=now + self._hold_timeout,
+            into=into,
         )
         if not connection.held:
             self._order[connection] = None
@@ -360,7 +374,7 @@ class ProducerControl:
                         break
                     held.popleft()
                     self._unhold(send)
-                    error = self._apply(send.destination, send.message, admission)
+                    error = self._apply(send.destination, send.message, admission, send.into)
                     if error is not None and not send.report:
                         self._dropped(send.destination, error)
                         error = None

@@ -49,6 +49,19 @@ class RecordType(enum.IntEnum):
     DURABLE_DELIVERED = 9
     SNAPSHOT = 11
     TX_CUT = 12
+    # Topic cursors and queue leases (their payloads are in core.lease_records).
+    CURSOR = 20
+    CURSOR_END = 21
+    LEASE = 22
+    LEASE_MARK = 23
+    LEASE_END = 24
+    LEASE_SNAPSHOT = 25
+    # Stages, publishing a batch exactly once (their payloads are in core.stage_records).
+    STAGE_OPEN = 30
+    STAGE_ADD = 31
+    STAGE_COMMIT = 32
+    STAGE_DISCARD = 33
+    STAGE_SNAPSHOT = 34
 
 
 _U8: Final = struct.Struct("<B")

@@ -2,7 +2,8 @@
 
 Destinations and subscriptions tell the store what must survive a restart: persistent messages
 added and removed, deliveries (so a message delivered before a crash comes back marked
-redelivered), durable subscriptions and their acknowledgements, and sequence numbers spoken for.
+redelivered), durable subscriptions and their acknowledgements, sequence numbers spoken for, and
+topic cursors and queue leases.
 `core.persistence.JournalStore` keeps them in the journal; `MemoryStore` keeps nothing that
 outlives the process, for a broker that needs no durability.
 """
@@ -13,6 +14,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Protocol
 
+from sluiceway.core.lease_records import CursorRecord, LeaseRecord, LeaseState
 from sluiceway.core.message import Message
 from sluiceway.core.records import DurableRecord
 from sluiceway.naming import DestinationName
@@ -43,6 +45,24 @@ class MessageStore(Protocol):
 
     def seq_reserved(self, destination: DestinationName, seq: int) -> None:
         """Sequence numbers of `destination` up to `seq` may be handed out."""
+        ...
+
+    def cursor_saved(self, record: CursorRecord) -> None:
+        """A topic cursor was created or moved (core.cursors)."""
+        ...
+
+    def cursor_deleted(self, topic: str, group: str) -> None: ...
+
+    def lease_opened(self, record: LeaseRecord) -> None:
+        """A queue lease was created (core.leases); its messages' lease_marked follow."""
+        ...
+
+    def lease_marked(self, lease_id: int, message: Message) -> None:
+        """A persistent message was taken by lease `lease_id`."""
+        ...
+
+    def lease_ended(self, lease_id: int, state: LeaseState) -> None:
+        """The lease was acknowledged (its messages' removals follow) or expired."""
         ...
 
     def atomic(self) -> contextlib.AbstractContextManager[None]:
@@ -109,6 +129,21 @@ class MemoryStore:
         pass
 
     def seq_reserved(self, destination: DestinationName, seq: int) -> None:
+        pass
+
+    def cursor_saved(self, record: CursorRecord) -> None:
+        pass
+
+    def cursor_deleted(self, topic: str, group: str) -> None:
+        pass
+
+    def lease_opened(self, record: LeaseRecord) -> None:
+        pass
+
+    def lease_marked(self, lease_id: int, message: Message) -> None:
+        pass
+
+    def lease_ended(self, lease_id: int, state: LeaseState) -> None:
         pass
 
     @contextlib.contextmanager

@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sluiceway.core.destination import Destination, Queue, Topic
-from sluiceway.core.flow import UNLIMITED_STAGING, ConsumerFlow, ConsumerWindow
+from sluiceway.core.flow import (
+    UNLIMITED_STAGING,
+    ConsumerFlow,
+    ConsumerWindow,
+    destination_window,
+)
 from sluiceway.core.memory import message_cost
 from sluiceway.core.message import Message
 from sluiceway.core.pending import PRIORITY_LEVELS
@@ -337,11 +342,14 @@ class _Browser(Subscription):
     """What queue and topic browsers share: a sequence range, the end marker, no consuming.
 
     The end marker is one message with the headers `browser:end`, `next-sequence` (the sequence
-    number after the last message the browse returned: where a following read starts) and
-    `head-sequence` (the last sequence number the destination has handed out).
+    number after the last message the browse returned: where a following read starts),
+    `head-sequence` (the last sequence number the destination has handed out), `first-sequence`
+    (the oldest one it retains; head-sequence+1 when it retains none), `message-count` (the
+    messages waiting in it) and `consumer-flow-limit` (its effective consumerFlowLimit), then
+    whatever `end_extra` adds (a topic cursor's position).
     """
 
-    __slots__ = ("_done", "_from", "_last", "_to")
+    __slots__ = ("_done", "_from", "_last", "_to", "end_extra")
 
     def _setup(self) -> None:
         assert self.ack_mode is AckMode.AUTO
@@ -349,6 +357,7 @@ class _Browser(Subscription):
         self._from = 0  # first sequence number wanted
         self._to: int | None = None  # first sequence number not wanted
         self._last = 0  # last sequence number returned
+        self.end_extra: Callable[[], list[tuple[str, str]]] | None = None
 
     def set_range(self, start: int, end: int | None) -> None:
         self._from, self._to = start, end
@@ -356,22 +365,43 @@ class _Browser(Subscription):
     def in_range(self, message: Message) -> bool:
         return message.seq >= self._from and (self._to is None or message.seq < self._to)
 
+    @property
+    def empty_range(self) -> bool:
+        """`to-sequence` at or below `from-sequence`: only the end marker is wanted."""
+        return self._to is not None and self._to <= self._from
+
     def _room(self) -> int:
         return self.window.credit if self.window.limit > 0 else UNLIMITED_STAGING
 
+    def retained(self) -> tuple[int | None, int]:
+        """The oldest sequence number the destination retains (None: none), and how many
+        messages wait in it."""
+        raise NotImplementedError
+
+    def end_headers(self) -> list[tuple[str, str]]:
+        head = self.destination.last_seq
+        first, count = self.retained()
+        limit = destination_window(self.destination.settings.consumer_flow_limit)
+        headers = [
+            ("browser", "end"),
+            ("next-sequence", str(max(self._last + 1, self._from))),
+            ("head-sequence", str(head)),
+            ("first-sequence", str(first if first is not None else head + 1)),
+            ("message-count", str(count)),
+            ("consumer-flow-limit", str(limit)),
+        ]
+        if self.end_extra is not None:
+            headers.extend(self.end_extra())
+        return headers
+
     def _finish(self) -> None:
         self._done = True
-        next_seq = max(self._last + 1, self._from)
         self.stage(
             Message(
                 id=f"{self.destination.name.name}-browser-end-{self.number}",
                 destination=self.destination.name,
                 body=b"",
-                headers=(
-                    ("browser", "end"),
-                    ("next-sequence", str(next_seq)),
-                    ("head-sequence", str(self.destination.last_seq)),
-                ),
+                headers=tuple(self.end_headers()),
                 priority=0,
                 expires=0,
                 persistent=False,
@@ -415,10 +445,17 @@ class BrowserSubscription(_Browser):
     def refill(self) -> None:
         self.fill()
 
+    def retained(self) -> tuple[int | None, int]:
+        # Delivered and leased messages have left the pending list: they do not count.
+        pending = self.queue.pending
+        return pending.first_seq, len(pending)
+
     def fill(self) -> None:
         now = self.connection.clock.time_ms()
         while not self._done and self.ready():
-            batch = self.queue.pending.following(self._cursor, self._room())
+            batch = (
+                [] if self.empty_range else self.queue.pending.following(self._cursor, self._room())
+            )
             if not batch:
                 self._finish()
                 return
@@ -445,6 +482,10 @@ class TopicBrowserSubscription(_Browser):
 
     def refill(self) -> None:
         self.fill()
+
+    def retained(self) -> tuple[int | None, int]:
+        log = self.topic.log
+        return log.first_seq, len(log)
 
     def fill(self) -> None:
         now = self.connection.clock.time_ms()

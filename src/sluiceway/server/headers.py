@@ -27,6 +27,7 @@ from sluiceway.protocol.frames import Frame, StompVersion
 from sluiceway.server.render import BROKER_MESSAGE_HEADERS
 
 SUPPORTED_VERSIONS: Final = (StompVersion.V1_0, StompVersion.V1_1, StompVersion.V1_2)
+MAX_SEQUENCE: Final = 2**63 - 1  # sequence numbers are kept as u64 and compared as i64
 MAX_HEARTBEAT_MS: Final = 2**31 - 1  # about 24 days: any longer interval means "never" in practice
 # Spellings of the consumer window other brokers' clients send, in order of precedence.
 FLOW_LIMIT_HEADERS: Final = ("consumer-flow-limit", "activemq.prefetchSize", "prefetch-count")
@@ -49,6 +50,9 @@ RESERVED_SEND_HEADERS: Final = frozenset(
         "expires",
         "persistent",
         "sequence",
+        "lease",
+        "stage",  # only concern the SEND (core.stages)
+        "stage-ttl",
     }
 )
 
@@ -248,8 +252,11 @@ def durable_name(frame: Frame) -> str | None:
 
 
 def sequence_range(frame: Frame) -> tuple[int, int | None]:
-    """`from-sequence` (inclusive, 0: from the first retained) and `to-sequence` (exclusive)."""
-    start = integer(frame, "from-sequence", 0, minimum=0)
+    """`from-sequence` (inclusive, 0: from the first retained) and `to-sequence` (exclusive),
+    each from 0 to 2^63-1."""
+    start = integer(frame, "from-sequence", 0, minimum=0, maximum=MAX_SEQUENCE)
     text = frame.headers.get("to-sequence")
-    end = None if text is None else integer(frame, "to-sequence", 0, minimum=0)
+    end = (
+        None if text is None else integer(frame, "to-sequence", 0, minimum=0, maximum=MAX_SEQUENCE)
+    )
     return start, end

@@ -64,6 +64,7 @@ from sluiceway.security.access import (
 )
 from sluiceway.security.users import Principal
 from sluiceway.server import headers as h
+from sluiceway.server import readers, stage_frames
 from sluiceway.server.render import (
     connected_frame,
     echoable,
@@ -127,6 +128,9 @@ class StompSession:
         # a RECEIPT with a status, and the connection stays open (an extension of this broker).
         self.failed_receipts = False
         self._disconnect_receipt: str | None = None  # DISCONNECT waiting for held SENDs
+        # A journal position the current frame's RECEIPT must also wait for (besides what the
+        # frame itself wrote); set by a handler.
+        self._receipt_lsn = 0
         # Traffic, for the metrics: frames each way, SENDs handled and MESSAGEs written.
         self.frames_in = self.frames_out = self.sends_in = self.messages_out = 0
         self._on_ready = on_ready
@@ -270,6 +274,7 @@ class StompSession:
             return
         store = self.broker.store
         before = store.last_lsn
+        self._receipt_lsn = 0
         try:
             extra = handler(frame)
         except BrokerError as exc:
@@ -296,7 +301,8 @@ class StompSession:
         if receipt is not None and frame.command not in ("CONNECT", "STOMP"):
             # A frame that wrote to the journal is confirmed once those records are durable.
             after = store.last_lsn
-            self._queue(receipt_frame(receipt, self.version, extra), after if after > before else 0)
+            lsn = max(after if after > before else 0, self._receipt_lsn)
+            self._queue(receipt_frame(receipt, self.version, extra), lsn)
         if frame.command == "DISCONNECT":
             self._close()
 
@@ -423,6 +429,7 @@ class StompSession:
         request = h.send_request(frame, self.broker.config.max_header_count)
         self._authorize_use(Operation.PRODUCE, request.destination)
         receipt = frame.headers.get("receipt")
+        stage = stage_frames.staged_send(frame, self.broker.config.stage_ttl_ms)
         sent = self._connection().send(
             request.destination,
             frame.body,
@@ -432,10 +439,13 @@ class StompSession:
             persistent=request.persistent,
             transaction=request.transaction,
             report=receipt is not None or request.persistent,
+            stage=stage,
         )
         if sent.held is None:
             return None
-        sent.held.on_done = partial(self._send_settled, receipt, request.persistent)
+        # A staged message is in the journal whatever its persistence: its RECEIPT waits for it.
+        durable = request.persistent or stage is not None
+        sent.held.on_done = partial(self._send_settled, receipt, durable)
         return DEFERRED
 
     def _send_settled(
@@ -470,8 +480,10 @@ class StompSession:
         text = frame.headers.get("selector", "")
         request = h.flow_request(frame)
         browser = h.boolean(frame, "browser", False)
-        # A durable subscription consumes too; browsing is its own right.
-        self._authorize_use(Operation.BROWSE if browser else Operation.CONSUME, destination)
+        cursor, lease = readers.read_request(frame)
+        # A durable subscription, a cursor and a lease consume too; browsing is its own right.
+        plain_browse = browser and cursor is None and lease is None
+        self._authorize_use(Operation.BROWSE if plain_browse else Operation.CONSUME, destination)
         subscription = self._connection().subscribe(
             sub_id,
             destination,
@@ -483,6 +495,8 @@ class StompSession:
             browser=browser,
             browse_range=h.sequence_range(frame),
             durable_name=h.durable_name(frame),
+            cursor=cursor,
+            lease=lease,
         )
         flow = subscription.flow
         return {
@@ -497,6 +511,13 @@ class StompSession:
         sub_id = frame.headers.get("id")
         if sub_id is None and self.version is StompVersion.V1_0:
             sub_id = frame.headers.get("destination")
+        if readers.CURSOR in frame.headers:
+            # Delete the cursor (and end the read subscription `id` names, if it is open).
+            self._authorize_position(frame)
+            if sub_id is not None and core.subscription(sub_id) is not None:
+                core.unsubscribe(sub_id)
+            readers.delete_cursor(self.broker, frame)
+            return None
         if durable is not None:
             # With the durable name: end the durable subscription itself, not just detach.
             if sub_id is not None and core.subscription(sub_id) is not None:
@@ -511,14 +532,32 @@ class StompSession:
         return None
 
     def _on_ack(self, frame: Frame) -> Extra:
+        if readers.is_position_ack(frame):
+            return self._position_ack(frame, release=False)
         subscription, message_id = self._acked(frame)
         self._connection().ack(subscription, message_id, frame.headers.get("transaction"))
         return None
 
     def _on_nack(self, frame: Frame) -> Extra:
+        if readers.is_position_ack(frame):
+            return self._position_ack(frame, release=True)
         subscription, message_id = self._acked(frame)
         self._connection().nack(subscription, message_id, frame.headers.get("transaction"))
         return None
+
+    def _position_ack(self, frame: Frame, *, release: bool) -> Extra:
+        """Commit a cursor, or acknowledge or release a lease (docs/pipelines-protocol.md)."""
+        self._authorize_position(frame)
+        extra = readers.position_ack(self.broker, frame, release=release)
+        # A repeated answer (a lease acknowledged before, a commit behind the cursor) may rest on
+        # records another connection wrote that are not durable yet: the RECEIPT waits for them.
+        self._receipt_lsn = self.broker.store.last_lsn
+        return extra
+
+    def _authorize_position(self, frame: Frame) -> None:
+        """Moving a cursor or ending a lease consumes from its destination."""
+        destination = h.destination(frame)
+        self._authorize(Operation.CONSUME, destination.kind, destination.name)
 
     def _acked(self, frame: Frame) -> tuple[Subscription, str]:
         """The subscription and message an ACK or NACK names, per the session's version."""
@@ -553,12 +592,23 @@ class StompSession:
         return None
 
     def _on_commit(self, frame: Frame) -> Extra:
+        if stage_frames.is_stage_frame(frame):
+            return self._on_stage(frame)
         self._connection().commit(h.required(frame, "transaction"))
         return None
 
     def _on_abort(self, frame: Frame) -> Extra:
+        if stage_frames.is_stage_frame(frame):
+            return self._on_stage(frame)
         self._connection().abort(h.required(frame, "transaction"))
         return None
+
+    def _on_stage(self, frame: Frame) -> Extra:
+        """COMMIT or ABORT of a stage (docs/pipelines-protocol.md)."""
+        outcome = stage_frames.handle(self.broker.stages, frame)
+        # "committed-before" may rest on a COMMIT another connection made that is not synced yet.
+        self._receipt_lsn = outcome.lsn
+        return stage_frames.receipt_headers(outcome)
 
     def _on_disconnect(self, frame: Frame) -> Extra:
         core = self._connection()

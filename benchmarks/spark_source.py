@@ -1,0 +1,206 @@
+"""Messages per second through the Spark streaming source, beside Spark's floor for Python sources.
+
+Three runs of the same query (readStream, Trigger.AvailableNow, at most 100,000 messages per
+micro-batch, into Spark's `noop` sink), in one local Spark session (local[2]):
+
+- `topic`: the `sluiceway` source on a topic (range reads by sequence number, a cursor);
+- `queue`: the `sluiceway` source on a queue (durable leases, acknowledged as batches commit);
+- `synthetic`: a Python streaming data source that makes the same rows in memory, with the same
+  schema and offsets: what Spark's Python data source path allows on this machine, with no
+  broker and no network.
+
+A first, untimed query warms the session up. The broker (a separate process) is filled before
+each run with 1 KiB non-persistent messages; filling is not timed. The time is from `start()` to
+the end of the query. Prints a line per run and writes benchmarks/results/spark_source.json.
+
+    .venv/bin/python benchmarks/spark_source.py [--messages 300000] [--runs topic,queue,synthetic]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+import sluiceway.spark
+from sluiceway.client.pipeline import PipelineConnection, PipelineSettings
+from sluiceway.loadgen import produce
+from sluiceway.spark.rows import SOURCE_SCHEMA
+from sluiceway.testing import BrokerProcess
+
+RESULTS = Path(__file__).parent / "results" / "spark_source.json"
+PER_TRIGGER = 100_000
+BODY_SIZE = 1024
+
+
+class SyntheticRange(InputPartition):
+    def __init__(self, start: int, end: int) -> None:
+        super().__init__(None)
+        self.start, self.end = start, end
+
+
+class SyntheticReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Rows made in memory: the same columns, offsets and per-trigger cap as the sluiceway
+    source, and no I/O at all."""
+
+    def __init__(self, total: int, per_trigger: int) -> None:
+        self.total, self.per_trigger = total, per_trigger
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"sequence": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass  # the head is fixed: `total`
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else self.total
+        return {"sequence": min(self.total, start["sequence"] + cap)}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [SyntheticRange(start["sequence"], end["sequence"])]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, SyntheticRange)
+        padding = b"x" * BODY_SIZE
+        now = datetime.datetime.now(tz=datetime.UTC)
+        for sequence in range(partition.start, partition.end):
+            body = b"%d " % sequence + padding[len(b"%d " % sequence) :]
+            yield (
+                body,
+                body.decode(),
+                {"content-type": "text/plain"},
+                f"ID:synthetic-{sequence}",
+                sequence,
+                "/queue/synthetic",
+                4,
+                False,
+                now,
+                None,
+                False,
+                1,
+            )
+
+
+class SyntheticSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "synthetic"
+
+    def schema(self) -> StructType:
+        return SOURCE_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return SyntheticReader(int(self.options["messages"]), PER_TRIGGER)
+
+
+def run_query(spark: SparkSession, source: str, options: dict[str, str]) -> float:
+    """Seconds from start() to the end of an available-now query into the noop sink."""
+    with tempfile.TemporaryDirectory(prefix="spark-bench-") as checkpoint:
+        reader = spark.readStream.format(source)
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        started = time.monotonic()
+        query = (
+            reader.load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        seconds = time.monotonic() - started
+        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        print(f"  {source} {options.get('destination', '')}: batch sizes {batches}", flush=True)
+        return seconds
+
+
+def fill(port: int, destination: str, count: int) -> None:
+    produced = asyncio.run(produce(port, destination, count, body_size=BODY_SIZE))
+    if produced.accepted != count:
+        raise RuntimeError(f"only {produced.accepted} of {count} accepted: {produced.refused}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--runs", default="topic,queue,synthetic")
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    sluiceway.spark.register(spark)
+    spark.dataSource.register(SyntheticSource)
+    # The first query of a session pays for loading and compiling Spark's code: not timed.
+    run_query(spark, "synthetic", {"messages": "1000"})
+    results: dict[str, dict[str, float]] = {}
+    for run in args.runs.split(","):
+        if run == "synthetic":
+            options = {"messages": str(args.messages)}
+            seconds = run_query(spark, "synthetic", options)
+        else:
+            destination = f"/{run}/bench"
+            with BrokerProcess(
+                "-D", "imq.autocreate.destination.maxNumMsgs=-1",
+                "-D", "imq.throttling.server.threshold=0",
+                "-D", "imq.admin.http.port=-1",
+            ) as broker:  # fmt: skip
+                options = {
+                    "port": str(broker.port),
+                    "destination": destination,
+                    "group": "bench",
+                    "startingOffsets": "earliest",
+                    "maxMessagesPerTrigger": str(PER_TRIGGER),
+                }
+                if run == "topic":
+                    # The cursor must exist before the messages, or the topic keeps none.
+                    with PipelineConnection(PipelineSettings(port=broker.port)) as connection:
+                        connection.open_cursor(destination, "bench", "earliest")
+                fill(broker.port, destination, args.messages)
+                seconds = run_query(spark, "sluiceway", options)
+                broker.stop()
+        results[run] = {"seconds": round(seconds, 2), "msgs_per_s": round(args.messages / seconds)}
+        print(f"{run}: {args.messages} messages in {seconds:.1f} s: "
+              f"{args.messages / seconds:,.0f} msgs/s", flush=True)  # fmt: skip
+    spark.stop()
+    RESULTS.parent.mkdir(exist_ok=True)
+    record = {
+        "messages": args.messages,
+        "per_trigger": PER_TRIGGER,
+        "body_size": BODY_SIZE,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "results": results,
+    }
+    RESULTS.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""What the Spark job hands back to the driver: small, typed values, one per collected row.
+
+PySpark's `Row` gives untyped values; `value_of` and its siblings are the one place where they
+become typed, and they fail loudly when a column has an unexpected type instead of letting a
+wrong value reach a rule or a plot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class RowLike(Protocol):
+    """What the conversion needs of a PySpark Row (also satisfied by a dict, in tests)."""
+
+    def __getitem__(self, key: str, /) -> object: ...
+
+
+def int_of(row: RowLike, key: str) -> int:
+    value = row[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"column {key}: expected a whole number, got {value!r}")
+    return value
+
+
+def opt_int_of(row: RowLike, key: str) -> int | None:
+    return None if row[key] is None else int_of(row, key)
+
+
+def float_of(row: RowLike, key: str) -> float:
+    value = row[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"column {key}: expected a number, got {value!r}")
+    return float(value)
+
+
+def opt_float_of(row: RowLike, key: str) -> float | None:
+    return None if row[key] is None else float_of(row, key)
+
+
+def str_of(row: RowLike, key: str, default: str = "") -> str:
+    value = row[key]
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise TypeError(f"column {key}: expected text, got {value!r}")
+    return value
+
+
+def bool_of(row: RowLike, key: str) -> bool:
+    value = row[key]
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise TypeError(f"column {key}: expected true or false, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """The samples the analysis covers."""
+
+    first_ms: int
+    last_ms: int
+    samples: int  # broker rows: one per interval
+    interval_s: float  # median time between two samples
+    runs: int  # broker runs (restarts start a new one)
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesPoint:
+    """One time bucket of one destination: rates per second, counts averaged over the bucket."""
+
+    destination: str
+    ts_ms: int  # middle of the samples in the bucket
+    in_rate: float | None  # messages per second; None where no rate could be measured
+    out_rate: float | None
+    msgs: float  # held: waiting, being delivered, unacknowledged
+    pending: float  # waiting for a consumer
+    unacked: float
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationStats:
+    destination: str
+    type: str  # queue | topic
+    msgs_in: int  # over the range analysed
+    msgs_out: int
+    mean_in_rate: float  # messages per second
+    mean_out_rate: float
+    peak_in_rate: float
+    peak_out_rate: float
+    peak_msgs: int
+    peak_pending: int
+    median_held: float  # messages held, over the samples where it held any
+    pending_share: float  # fraction of samples with messages waiting for a consumer
+    max_consumers: int
+    consumer_flow_limit: int  # the destination's consumerFlowLimit, latest (<= 0: unlimited)
+    dispatch_policy: str  # queues: openmq | fair; topics: ""
+    limit_behavior: str
+    stranded_s: float  # queues: time a consumer sat empty while another held 2+ unconsumed
+    stranded_peak: int  # most unconsumed messages one consumer held while another sat empty
+    paused_s: float  # total time its consumers spent paused by flow control
+    held_s: float  # total time producers were held or throttled on it
+    held_episodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerStats:
+    """One consumer (subscription) over the range: what it got, how long it was paused."""
+
+    destination: str
+    connection: int
+    subscription: str
+    run: int  # the broker run's start (ms since the epoch; 0 if the history predates it)
+    ack: str
+    backup: bool
+    window_limit: int  # effective; -1: unlimited
+    window_threshold: int | None  # percent; None in history written before it was recorded
+    delivered: int  # messages written to it over the range
+    share: float | None  # of its queue's deliveries, among the consumers compared (None: not)
+    present_s: float
+    paused_s: float
+    pause_episodes: int
+    longest_pause_s: float
+    starved_s: float  # time it held nothing while its queue had messages waiting
+    max_outstanding: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.connection}/{self.subscription}"
+
+    @property
+    def rate(self) -> float:
+        """Messages per second written to it while it was there."""
+        return self.delivered / self.present_s if self.present_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """How a queue's messages were spread over the consumers that were there together."""
+
+    destination: str
+    consumers: int  # compared: active (not backup) and present at least half as long as the most
+    delivered: int
+    max_share: float
+    min_share: float
+    max_consumer: str  # connection/subscription
+    min_consumer: str
+
+    @property
+    def ratio(self) -> float | None:
+        """max/min share; None when a compared consumer got nothing."""
+        return self.max_share / self.min_share if self.min_share > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerEpisode:
+    """A stretch of time during which producers were held (a connection) or throttled or paused
+    (a whole destination); the start and end are estimates within half a sampling interval."""
+
+    destination: str
+    connection: int | None  # None: the destination as a whole
+    reason: str
+    limit: str
+    detail: str
+    start_ms: int
+    end_ms: int
+    ongoing: bool  # still going at the last sample analysed
+    max_held_sends: int
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, (self.end_ms - self.start_ms) / 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """Everything the report needs, gathered from Spark."""
+
+    timeline: Timeline
+    destinations: list[DestinationStats]
+    destinations_left_off: int
+    series: list[SeriesPoint]
+    consumers: list[ConsumerStats]
+    consumers_left_off: int
+    distributions: list[Distribution]
+    episodes: list[ProducerEpisode]
+    episodes_left_off: int

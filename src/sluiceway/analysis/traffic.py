@@ -1,0 +1,138 @@
+"""Per destination: messages in and out per second, and the backlog, over time and in total.
+
+Rates come from the counters (messages in and out since the destination was created), as the
+growth between two samples divided by the time between them, rather than from the broker's own
+5-second rates: every message is counted once whatever the sampling interval. A series is cut
+into at most MAX_POINTS time buckets so that a day of history still plots as a readable line and
+the driver receives a bounded number of rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from sluiceway.analysis.frames import Prepared, increments, seconds_since_previous
+from sluiceway.analysis.results import (
+    DestinationStats,
+    RowLike,
+    SeriesPoint,
+    float_of,
+    int_of,
+    opt_float_of,
+    str_of,
+)
+
+MAX_POINTS: Final = 360  # time buckets per plotted destination
+KEY: Final = ["run", "destination"]
+
+
+def per_sample(prepared: Prepared) -> DataFrame:
+    """Destination rows with `in_inc`/`out_inc` (messages since the previous sample) and `dt`."""
+    return (
+        prepared.destinations.withColumn("in_inc", increments(KEY, "msgs_in"))
+        .withColumn("out_inc", increments(KEY, "msgs_out"))
+        .withColumn("dt", seconds_since_previous(KEY))
+    )
+
+
+def _rated(column: str) -> Column:
+    """The increment where a rate can be measured (not on a destination's first sample)."""
+    return F.when(F.col("dt").isNotNull(), F.col(column))
+
+
+def _ratio(numerator: Column, denominator: Column) -> Column:
+    return F.when(denominator > 0, numerator / denominator)
+
+
+def stats(samples: DataFrame, extras: list[DataFrame]) -> DataFrame:
+    """One row per destination; `extras` are per-destination tables joined on `destination`
+    (stranded time, paused time, held time), their missing values counted as 0."""
+    seconds = F.sum("dt")
+    table = samples.groupBy("destination").agg(
+        F.max_by("type", "ts").alias("type"),
+        F.sum("in_inc").alias("msgs_in"),
+        F.sum("out_inc").alias("msgs_out"),
+        F.coalesce(_ratio(F.sum(_rated("in_inc")), seconds), F.lit(0.0)).alias("mean_in_rate"),
+        F.coalesce(_ratio(F.sum(_rated("out_inc")), seconds), F.lit(0.0)).alias("mean_out_rate"),
+        F.coalesce(F.max(_ratio(F.col("in_inc"), F.col("dt"))), F.lit(0.0)).alias("peak_in_rate"),
+        F.coalesce(F.max(_ratio(F.col("out_inc"), F.col("dt"))), F.lit(0.0)).alias("peak_out_rate"),
+        F.max("msgs").alias("peak_msgs"),
+        F.max("pending").alias("peak_pending"),
+        F.coalesce(
+            F.percentile_approx(F.when(F.col("msgs") > 0, F.col("msgs")), 0.5), F.lit(0)
+        ).alias("median_held"),
+        F.avg(F.when(F.col("pending") > 0, 1.0).otherwise(0.0)).alias("pending_share"),
+        F.max("consumers").alias("max_consumers"),
+        F.max_by("consumer_flow_limit", "ts").alias("consumer_flow_limit"),
+        F.coalesce(F.max_by("dispatch_policy", "ts"), F.lit("")).alias("dispatch_policy"),
+        F.coalesce(F.max_by("limit_behavior", "ts"), F.lit("")).alias("limit_behavior"),
+    )
+    for extra in extras:
+        table = table.join(extra, "destination", "left")
+    return table.fillna(0).withColumn("traffic", F.col("msgs_in") + F.col("msgs_out"))
+
+
+def to_stats(row: RowLike) -> DestinationStats:
+    return DestinationStats(
+        destination=str_of(row, "destination"),
+        type=str_of(row, "type"),
+        msgs_in=int_of(row, "msgs_in"),
+        msgs_out=int_of(row, "msgs_out"),
+        mean_in_rate=float_of(row, "mean_in_rate"),
+        mean_out_rate=float_of(row, "mean_out_rate"),
+        peak_in_rate=float_of(row, "peak_in_rate"),
+        peak_out_rate=float_of(row, "peak_out_rate"),
+        peak_msgs=int_of(row, "peak_msgs"),
+        peak_pending=int_of(row, "peak_pending"),
+        median_held=float_of(row, "median_held"),
+        pending_share=float_of(row, "pending_share"),
+        max_consumers=int_of(row, "max_consumers"),
+        consumer_flow_limit=int_of(row, "consumer_flow_limit"),
+        dispatch_policy=str_of(row, "dispatch_policy"),
+        limit_behavior=str_of(row, "limit_behavior"),
+        stranded_s=float_of(row, "stranded_s"),
+        stranded_peak=int_of(row, "stranded_peak"),
+        paused_s=float_of(row, "paused_s"),
+        held_s=float_of(row, "held_s"),
+        held_episodes=int_of(row, "held_episodes"),
+    )
+
+
+def bucket_ms(first_ms: int, last_ms: int, interval_ms: float) -> int:
+    """The width of one plotted point: one sample, or wider so a series has at most MAX_POINTS."""
+    return max(1, math.ceil(interval_ms), math.ceil((last_ms - first_ms + 1) / MAX_POINTS))
+
+
+def series(samples: DataFrame, destinations: list[str], first_ms: int, width_ms: int) -> DataFrame:
+    """Rates and backlog of `destinations`, per time bucket of `width_ms`."""
+    seconds = F.sum("dt")
+    return (
+        samples.where(F.col("destination").isin(destinations))
+        .withColumn("bucket", F.floor((F.col("ts") - first_ms) / width_ms))
+        .groupBy("destination", "bucket")
+        .agg(
+            F.avg("ts").cast("long").alias("ts_ms"),
+            _ratio(F.sum(_rated("in_inc")), seconds).alias("in_rate"),
+            _ratio(F.sum(_rated("out_inc")), seconds).alias("out_rate"),
+            F.avg("msgs").alias("msgs"),
+            F.avg("pending").alias("pending"),
+            F.avg("unacked").alias("unacked"),
+        )
+        .orderBy("destination", "bucket")
+    )
+
+
+def to_point(row: RowLike) -> SeriesPoint:
+    return SeriesPoint(
+        destination=str_of(row, "destination"),
+        ts_ms=int_of(row, "ts_ms"),
+        in_rate=opt_float_of(row, "in_rate"),
+        out_rate=opt_float_of(row, "out_rate"),
+        msgs=float_of(row, "msgs"),
+        pending=float_of(row, "pending"),
+        unacked=float_of(row, "unacked"),
+    )

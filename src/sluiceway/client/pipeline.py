@@ -1,0 +1,510 @@
+"""A small blocking STOMP connection for data pipelines: range reads, cursors, leases, stages.
+
+It speaks the extensions of [pipelines-protocol.md](../../../docs/pipelines-protocol.md) over one
+plain socket with the broker's own codec, one operation at a time, so a Spark task or a script
+can use it without an event loop:
+
+    with PipelineConnection(PipelineSettings(port=61613)) as connection:
+        head = connection.head("/topic/orders")
+        read = connection.read_range("/topic/orders", head.first_sequence, head.next_sequence)
+        for message in read:
+            ...
+        read.end.next_sequence            # where the next read starts
+
+It connects on first use and never holds a socket when pickled: a Spark reader or writer that
+owns one can be shipped to executors as it is, and each copy opens its own connection there.
+Every pipeline operation is idempotent (the protocol says so), so one that fails because an idle
+connection was lost is retried once on a new connection; sends are not, since a send repeated
+after a lost receipt could publish twice.
+
+Sends always ask for a receipt (the client asks for refusals as failed receipts, so the
+connection stays open). Refused sends (status 414: a destination or system limit, or a send held
+longer than `imq.producer.hold.timeout`) are retried with exponential back-off up to the retry
+policy's deadline, then raised as the broker's own error (status, `message`, `destination`,
+`limit`, `limit-value`), with how long the client tried.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+from collections.abc import Iterable, Iterator
+from types import TracebackType
+from typing import Final
+
+from sluiceway.client.pipeline_sends import SendWindow
+from sluiceway.client.pipeline_values import (
+    DEFAULT_MAX_INFLIGHT,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    DEFAULT_TIMEOUT,
+    STATUS_GONE,
+    EndMarker,
+    LeaseState,
+    OutgoingMessage,
+    PipelineMessage,
+    PipelineSettings,
+    StageResult,
+    StageState,
+    optional_int,
+)
+from sluiceway.client.wire import CLIENT_MAX_HEADER_COUNT, READ_CHUNK, refusal
+from sluiceway.errors import (
+    BrokerError,
+    ConnectFailedError,
+    ConnectionClosedError,
+    OperationTimeoutError,
+    RemoteProtocolError,
+)
+from sluiceway.protocol.codec import FrameDecoder, encode_frame
+from sluiceway.protocol.frames import Frame, StompVersion
+
+__all__ = [
+    "DEFAULT_MAX_INFLIGHT",
+    "DEFAULT_MAX_INFLIGHT_BYTES",
+    "DEFAULT_TIMEOUT",
+    "EndMarker",
+    "LeaseState",
+    "OutgoingMessage",
+    "PipelineConnection",
+    "PipelineMessage",
+    "PipelineSettings",
+    "Read",
+    "StageResult",
+    "StageState",
+]
+
+log = logging.getLogger(__name__)
+
+# Receipt ids of requests other than sends start with this.
+_REQUEST_RECEIPT: Final = "r"
+
+
+class Read:
+    """The messages of one read, in order, as they arrive; `end` once they are all read.
+
+    Iterate once. Leaving the iteration early closes the connection (the rest of the read is
+    still on its way); the next operation opens a new one.
+    """
+
+    def __init__(self, connection: PipelineConnection, headers: dict[str, str]) -> None:
+        self._connection = connection
+        self._headers = headers
+        self.end: EndMarker | None = None
+
+    def __iter__(self) -> Iterator[PipelineMessage]:
+        finished = False
+        try:
+            for item in self._connection._read(self._headers):
+                if isinstance(item, EndMarker):
+                    self.end = item
+                else:
+                    yield item
+            finished = True
+        finally:
+            if not finished:
+                self._connection.close()
+
+    def drain(self) -> EndMarker:
+        """Read to the end, keeping nothing; the end marker."""
+        for _ in self:
+            pass
+        assert self.end is not None
+        return self.end
+
+
+class PipelineConnection:
+    """One blocking STOMP connection, opened on first use, for the pipeline extensions."""
+
+    def __init__(self, settings: PipelineSettings | None = None) -> None:
+        self.settings = settings or PipelineSettings()
+        self._socket: socket.socket | None = None
+        self._decoder: FrameDecoder | None = None
+        self._ids = itertools.count(1)
+
+    # -- pickling: settings only ------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"settings": self.settings}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        settings = state["settings"]
+        assert isinstance(settings, PipelineSettings)
+        # A fresh, unconnected copy.
+        self.settings = settings
+        self._socket = None
+        self._decoder = None
+        self._ids = itertools.count(1)
+
+    # -- opening and closing -----------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._socket is not None
+
+    def connect(self) -> None:
+        """Open the connection now (operations do it themselves when needed)."""
+        if self._socket is not None:
+            return
+        settings = self.settings
+        try:
+            sock = socket.create_connection((settings.host, settings.port), settings.timeout)
+        except OSError as exc:
+            raise ConnectFailedError(
+                f"cannot connect to the broker at {settings.host}:{settings.port}: {exc}"
+            ) from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(settings.timeout)
+        self._socket = sock
+        self._decoder = FrameDecoder(max_header_count=CLIENT_MAX_HEADER_COUNT)
+        try:
+            self.write_frame(Frame("CONNECT", self._connect_headers()))
+            reply = self.next_frame()
+        except BaseException:
+            self.close()
+            raise
+        if reply.command != "CONNECTED":
+            self.close()
+            if reply.command == "ERROR":
+                raise self._refused(refusal(reply))
+            raise RemoteProtocolError(f"expected CONNECTED, got {reply.command}")
+        assert self._decoder is not None
+        self._decoder.version = StompVersion.V1_2
+
+    def _connect_headers(self) -> dict[str, str]:
+        settings = self.settings
+        headers = {
+            "accept-version": "1.2",
+            "host": settings.host,
+            # No heart-beats: the connection is used in short bursts by one thread, which
+            # notices a dead broker by its own timeout.
+            "heart-beat": "0,0",
+            "failed-receipts": "true",
+        }
+        if settings.login is not None:
+            headers["login"] = settings.login
+        if settings.passcode is not None:
+            headers["passcode"] = settings.passcode
+        return headers
+
+    def _refused(self, error: BrokerError) -> BrokerError:
+        """The broker's refusal of CONNECT, saying which broker and which user (never the
+        passcode)."""
+        settings = self.settings
+        who = f"user {settings.login!r}" if settings.login else "no user name"
+        return type(error)(
+            error.summary,
+            f"the broker at {settings.host}:{settings.port} refused {who}: {error}",
+            destination=error.destination,
+            limit=error.limit,
+            limit_value=error.limit_value,
+        )
+
+    def close(self) -> None:
+        """Close the socket at once (there is nothing to flush: every operation waited)."""
+        sock, self._socket, self._decoder = self._socket, None, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                log.debug("closing the pipeline connection failed", exc_info=True)
+
+    def __enter__(self) -> PipelineConnection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- frames ----------------------------------------------------------------------------------
+
+    def write_frame(self, frame: Frame) -> None:
+        """Write one frame (for the send window; operations use the methods below)."""
+        sock = self._socket
+        if sock is None:
+            raise ConnectionClosedError("the pipeline connection is closed")
+        try:
+            sock.sendall(encode_frame(frame, StompVersion.V1_2))
+        except TimeoutError:
+            self.close()
+            raise OperationTimeoutError(
+                f"the broker did not take a {frame.command} frame within {self.settings.timeout} s"
+            ) from None
+        except OSError as exc:
+            self.close()
+            raise ConnectionClosedError(f"the connection to the broker was lost: {exc}") from exc
+
+    def next_frame(self) -> Frame:
+        """The next frame from the broker (heart-beats skipped), waiting up to the timeout."""
+        while True:
+            decoder, sock = self._decoder, self._socket
+            if decoder is None or sock is None:
+                raise ConnectionClosedError("the pipeline connection is closed")
+            while (event := decoder.next_event()) is not None:
+                if isinstance(event, Frame):
+                    return event
+            try:
+                data = sock.recv(READ_CHUNK)
+            except TimeoutError:
+                self.close()
+                raise OperationTimeoutError(
+                    f"the broker sent nothing for {self.settings.timeout} s"
+                ) from None
+            except OSError as exc:
+                self.close()
+                raise ConnectionClosedError(
+                    f"the connection to the broker was lost: {exc}"
+                ) from exc
+            if not data:
+                self.close()
+                raise ConnectionClosedError("the broker closed the connection")
+            decoder.receive_data(data)
+
+    def failed(self, frame: Frame) -> BrokerError:
+        """An ERROR ends the connection (STOMP says so): close, and return what it said."""
+        self.close()
+        return refusal(frame)
+
+    def receipt_id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids)}"
+
+    def _request(self, frame: Frame) -> Frame:
+        """Send `frame` with a receipt and return the RECEIPT; raise the broker's refusal.
+
+        Every pipeline operation is idempotent, so one that finds an idle connection lost is
+        tried once more on a new one.
+        """
+        reused = self._socket is not None
+        try:
+            return self._request_once(frame)
+        except (ConnectionClosedError, OperationTimeoutError):
+            if not reused:
+                raise
+            log.info("pipeline connection lost while idle; retrying %s once", frame.command)
+            return self._request_once(frame)
+
+    def _request_once(self, frame: Frame) -> Frame:
+        self.connect()
+        receipt = self.receipt_id(_REQUEST_RECEIPT)
+        self.write_frame(Frame(frame.command, {**frame.headers, "receipt": receipt}, frame.body))
+        while True:
+            reply = self.next_frame()
+            if reply.command == "ERROR":
+                raise self.failed(reply)
+            if reply.command == "RECEIPT" and reply.headers.get("receipt-id") == receipt:
+                return reply
+            # Anything else belongs to no operation of ours (operations run one at a time).
+            log.debug("ignoring a %s frame while waiting for %s", reply.command, receipt)
+
+    @staticmethod
+    def _check(reply: Frame) -> Frame:
+        if "status" in reply.headers:  # a failed receipt: refused, the connection stays open
+            raise refusal(reply)
+        return reply
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def _read(self, headers: dict[str, str]) -> Iterator[PipelineMessage | EndMarker]:
+        """SUBSCRIBE with `headers`, yield each MESSAGE, then the end marker; UNSUBSCRIBE."""
+        self.connect()
+        sub_id = f"p{next(self._ids)}"
+        receipt_id = self.receipt_id(_REQUEST_RECEIPT)
+        self.write_frame(Frame("SUBSCRIBE", {**headers, "id": sub_id, "receipt": receipt_id}))
+        # The RECEIPT may come before, among or after the messages (the broker writes control
+        # frames between runs of messages): the read is over once both are in.
+        receipt: Frame | None = None
+        end: Frame | None = None
+        while receipt is None or end is None:
+            frame = self.next_frame()
+            if frame.command == "ERROR":
+                raise self.failed(frame)
+            if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt_id:
+                receipt = self._check(frame)
+            elif frame.command == "MESSAGE" and frame.headers.get("subscription") == sub_id:
+                if frame.headers.get("browser") == "end":
+                    end = frame
+                else:
+                    yield PipelineMessage(frame.body, frame.headers)
+        # Without a receipt: nothing depends on it, and an error would come as an ERROR anyway.
+        self.write_frame(
+            Frame("UNSUBSCRIBE", {"id": sub_id, "destination": headers["destination"]})
+        )
+        yield EndMarker.parse(end.headers, receipt.headers)
+
+    def read_range(
+        self,
+        destination: str,
+        start: int,
+        end: int | None,
+        *,
+        cursor: str | None = None,
+        cursor_start: str | None = None,
+    ) -> Read:
+        """The retained messages with `start <= sequence < end` (None: to the head), in order.
+
+        With `cursor`, the topic cursor GROUP is opened in the same SUBSCRIBE (created at
+        `cursor_start`, earliest | latest | a sequence number, when missing).
+        """
+        headers = {
+            "destination": destination,
+            "browser": "true",
+            "from-sequence": str(start),
+        }
+        if end is not None:
+            headers["to-sequence"] = str(end)
+        if cursor is not None:
+            headers["cursor"] = cursor
+            if cursor_start is not None:
+                headers["cursor-start"] = cursor_start
+        return Read(self, headers)
+
+    def head(
+        self, destination: str, *, cursor: str | None = None, cursor_start: str | None = None
+    ) -> EndMarker:
+        """The head, the oldest retained message and the limits: an empty range read."""
+        reused = self._socket is not None
+        try:
+            return self._head_once(destination, cursor, cursor_start)
+        except (ConnectionClosedError, OperationTimeoutError):
+            if not reused:
+                raise
+            return self._head_once(destination, cursor, cursor_start)
+
+    def _head_once(
+        self, destination: str, cursor: str | None, cursor_start: str | None
+    ) -> EndMarker:
+        read = self.read_range(destination, 0, 0, cursor=cursor, cursor_start=cursor_start)
+        return read.drain()
+
+    # -- topic cursors -----------------------------------------------------------------------------
+
+    def open_cursor(self, topic: str, group: str, start: str = "latest") -> EndMarker:
+        """Create cursor GROUP at `start` (earliest | latest | a sequence) unless it exists;
+        the end marker's `cursor_sequence` is its committed position."""
+        return self.head(topic, cursor=group, cursor_start=start)
+
+    def commit_cursor(self, topic: str, group: str, sequence: int) -> None:
+        """Move cursor GROUP to `sequence` (never back); the messages before it are released."""
+        self._check(
+            self._request(
+                Frame(
+                    "ACK",
+                    {
+                        "id": "cursor",
+                        "destination": topic,
+                        "cursor": group,
+                        "sequence": str(sequence),
+                    },
+                )
+            )
+        )
+
+    def delete_cursor(self, topic: str, group: str) -> None:
+        self._check(
+            self._request(
+                Frame("UNSUBSCRIBE", {"id": "cursor", "destination": topic, "cursor": group})
+            )
+        )
+
+    # -- queue leases ------------------------------------------------------------------------------
+
+    def read_lease(
+        self,
+        queue: str,
+        lease: str,
+        *,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        ttl_ms: int | None = None,
+    ) -> Read:
+        """Lease `GROUP/N` of `queue`: created with these bounds when new, else the same
+        messages again; the end marker says its state and size."""
+        headers = {"destination": queue, "lease": lease}
+        if max_messages is not None:
+            headers["lease-max-messages"] = str(max_messages)
+        if max_bytes is not None:
+            headers["lease-max-bytes"] = str(max_bytes)
+        if ttl_ms is not None:
+            headers["lease-ttl"] = str(ttl_ms)
+        return Read(self, headers)
+
+    def ack_lease(self, queue: str, lease: str) -> LeaseState:
+        """Acknowledge lease `GROUP/N`: its messages are consumed. EXPIRED when it had expired
+        (or was released) before: its messages went back to the queue."""
+        return self._settle_lease("ACK", queue, lease)
+
+    def release_lease(self, queue: str, lease: str) -> LeaseState:
+        """Give lease `GROUP/N` back: its messages return to the queue, redelivered."""
+        return self._settle_lease("NACK", queue, lease)
+
+    def _settle_lease(self, command: str, queue: str, lease: str) -> LeaseState:
+        reply = self._request(Frame(command, {"id": "lease", "destination": queue, "lease": lease}))
+        if reply.headers.get("status") == str(STATUS_GONE):
+            return LeaseState.EXPIRED
+        state = self._check(reply).headers.get("lease-state")
+        try:
+            return LeaseState(state) if state else LeaseState.ACKNOWLEDGED
+        except ValueError:
+            raise RemoteProtocolError(f"the broker sent an unknown lease-state {state!r}") from None
+
+    # -- stages ----------------------------------------------------------------------------------
+
+    def commit_stage(self, sink: str, batch: int, tasks: Iterable[str]) -> StageResult:
+        """Publish the stages of `tasks` of batch `SINK/BATCH`, atomically, once."""
+        reply = self._check(
+            self._request(
+                Frame(
+                    "COMMIT",
+                    {
+                        "transaction": "stage",
+                        "stage": f"{sink}/{batch}",
+                        "stage-tasks": ",".join(tasks),
+                    },
+                )
+            )
+        )
+        text = reply.headers.get("stage-state", "")
+        try:
+            state = StageState(text)
+        except ValueError:
+            raise RemoteProtocolError(f"the broker sent an unknown stage-state {text!r}") from None
+        return StageResult(state, optional_int(reply.headers, "stage-count") or 0)
+
+    def abort_stage(self, sink: str, batch: int, tasks: Iterable[str] | None = None) -> None:
+        """Discard the stages of batch `SINK/BATCH` (or of those tasks only)."""
+        headers = {"transaction": "stage", "stage": f"{sink}/{batch}"}
+        if tasks is not None:
+            headers["stage-tasks"] = ",".join(tasks)
+        self._check(self._request(Frame("ABORT", headers)))
+
+    # -- sends -----------------------------------------------------------------------------------
+
+    def send(self, message: OutgoingMessage, *, stage: str | None = None) -> None:
+        """Send one message and wait for the broker to take it (retrying refusals)."""
+        self.send_many([message], stage=stage)
+
+    def send_many(
+        self,
+        messages: Iterable[OutgoingMessage],
+        *,
+        stage: str | None = None,
+        stage_ttl_ms: int | None = None,
+    ) -> int:
+        """Send `messages` in order, pipelined, each confirmed by a receipt; the count sent.
+
+        With `stage` (`SINK/BATCH/TASK`) they are staged, not published. A message refused
+        with a status of the retry policy is sent again after a pause growing by `backoff`,
+        until it has been refused for `deadline` seconds; then the broker's last refusal is
+        raised. Order is kept except for a refused message, which lands after the messages
+        that were already on their way behind it (at most `max_inflight`).
+        """
+        self.connect()
+        sender = SendWindow(self, stage, stage_ttl_ms)
+        for message in messages:
+            sender.add(message)
+        sender.finish()
+        return sender.sent

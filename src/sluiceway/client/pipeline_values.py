@@ -1,0 +1,148 @@
+"""The values the pipeline connection takes and returns: settings, messages, end markers,
+lease and stage states. Plain frozen values, safe to pickle and to ship to Spark executors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Final
+
+from sluiceway.client.message import MessageView
+from sluiceway.client.producer import RetryPolicy
+from sluiceway.errors import RemoteProtocolError
+
+# Status of a refused lease ACK: the lease expired (or was released) before it was acknowledged.
+STATUS_GONE: Final = 410
+
+# Sends waiting for their receipts at once. Pipelining is what makes a persistent send cheap (the
+# broker syncs the journal once for many); the bound keeps what is kept for a retry small.
+DEFAULT_MAX_INFLIGHT: Final = 512
+DEFAULT_MAX_INFLIGHT_BYTES: Final = 8 * 1024 * 1024
+
+# Longer than the broker's default imq.producer.hold.timeout (60 s), so a held send ends with
+# the broker's reason, not with ours.
+DEFAULT_TIMEOUT: Final = 90.0
+
+
+class LeaseState(Enum):
+    """`lease-state` of a lease read's end marker, or of the RECEIPT of its ACK or NACK."""
+
+    OPEN = "open"
+    ACKNOWLEDGED = "acknowledged"
+    EXPIRED = "expired"
+
+
+class StageState(Enum):
+    """`stage-state` of the RECEIPT of a stage COMMIT."""
+
+    COMMITTED = "committed"
+    COMMITTED_BEFORE = "committed-before"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSettings:
+    """Where the broker is and how to talk to it; a plain value, safe to pickle."""
+
+    host: str = "127.0.0.1"
+    port: int = 61613
+    login: str | None = None
+    passcode: str | None = None
+    timeout: float = DEFAULT_TIMEOUT  # seconds to wait for any one answer of the broker
+    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(pause=0.1, deadline=60.0))
+    max_inflight: int = DEFAULT_MAX_INFLIGHT  # sends awaiting their receipts (messages)
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES  # their bodies (bytes)
+
+    def __repr__(self) -> str:
+        # Never print the passcode (settings end up in Spark's plans and logs).
+        return (
+            f"PipelineSettings(host={self.host!r}, port={self.port}, login={self.login!r}, "
+            f"timeout={self.timeout})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """One message to send: the body and the SEND headers besides `destination`."""
+
+    destination: str
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+    persistent: bool = True
+    priority: int = 4
+    expires: int = 0  # ms since the epoch; 0: never
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineMessage(MessageView):
+    """A message returned by a range or lease read."""
+
+    body: bytes
+    headers: Mapping[str, str]
+
+    @property
+    def sequence(self) -> int:
+        """Its position in its destination (the `sequence` header)."""
+        return int(self.headers.get("sequence", "0"))
+
+
+def optional_int(headers: Mapping[str, str], name: str) -> int | None:
+    text = headers.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise RemoteProtocolError(f"the broker sent {name}:{text!r}, not an integer") from None
+
+
+@dataclass(frozen=True, slots=True)
+class EndMarker:
+    """The end marker of a read (a MESSAGE with `browser:end`), field by field.
+
+    Fields the document makes mandatory are still optional here so that the client reads what
+    an older broker sends; `consumer_flow_limit` then comes from the RECEIPT of the SUBSCRIBE,
+    which carries the same effective limit.
+    """
+
+    next_sequence: int
+    head_sequence: int
+    first_sequence: int | None
+    message_count: int | None
+    consumer_flow_limit: int | None
+    cursor_sequence: int | None
+    lease_state: LeaseState | None
+    lease_count: int | None
+    lease_expires: int | None
+    headers: Mapping[str, str]
+
+    @classmethod
+    def parse(cls, headers: Mapping[str, str], receipt: Mapping[str, str]) -> EndMarker:
+        state = headers.get("lease-state")
+        try:
+            lease_state = LeaseState(state) if state is not None else None
+        except ValueError:
+            raise RemoteProtocolError(f"the broker sent an unknown lease-state {state!r}") from None
+        flow_limit = optional_int(headers, "consumer-flow-limit")
+        if flow_limit is None:
+            flow_limit = optional_int(receipt, "consumer-flow-limit")
+        return cls(
+            next_sequence=optional_int(headers, "next-sequence") or 0,
+            head_sequence=optional_int(headers, "head-sequence") or 0,
+            first_sequence=optional_int(headers, "first-sequence"),
+            message_count=optional_int(headers, "message-count"),
+            consumer_flow_limit=flow_limit,
+            cursor_sequence=optional_int(headers, "cursor-sequence"),
+            lease_state=lease_state,
+            lease_count=optional_int(headers, "lease-count"),
+            lease_expires=optional_int(headers, "lease-expires"),
+            headers=dict(headers),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    """What the RECEIPT of a stage COMMIT said."""
+
+    state: StageState
+    count: int  # messages published by this COMMIT (0 when committed before)

@@ -1,0 +1,320 @@
+"""The data source's options: read case-insensitively, validated once, kept as frozen values.
+
+Spark hands the options over in a case-insensitive mapping whose keys are stored lower-cased;
+copying it into a plain dict and asking for `maxMessagesPerTrigger` finds nothing, and the limit
+would be silently ignored. Every option is therefore read through `OptionReader`, which looks
+names up lower-cased. A bad value raises ConfigError naming the option and what it accepts.
+Options are strings; times are in seconds (decimals allowed), sizes in bytes with an optional
+`k`, `m` or `g` suffix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final, TypeVar
+
+from sluiceway.client.pipeline import PipelineSettings
+from sluiceway.client.producer import RetryPolicy
+from sluiceway.config.properties import int_parser, parse_bool, size_parser
+from sluiceway.errors import ConfigError
+from sluiceway.naming import DestinationKind, DestinationName, parse_destination, validate_name
+
+T = TypeVar("T")
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 61613
+# A week: far beyond any sensible wait, small enough that a typo (ms for s) stands out.
+_MAX_SECONDS: Final = 7 * 24 * 3600.0
+# Protocol numbers (sequences, leases, batches) are 0 to 2^63-1.
+MAX_NUMBER: Final = 2**63 - 1
+
+
+class StartingPosition(Enum):
+    """Where a query with a new checkpoint starts (`startingOffsets`)."""
+
+    EARLIEST = "earliest"  # the oldest message the topic retains
+    LATEST = "latest"  # the next message sent
+    COMMITTED = "committed"  # the group's cursor (created at earliest when new)
+    SEQUENCE = "sequence"  # a sequence number given as JSON
+
+
+class ExpiredLeasePolicy(Enum):
+    """What a replayed batch does with a lease that expired while the query was down."""
+
+    FAIL = "fail"  # stop the query, naming the lease: an operator decides
+    SKIP = "skip"  # read nothing for it and log a warning; its messages come back redelivered
+
+
+class DeliveryGuarantee(Enum):
+    """How the sink publishes."""
+
+    EXACTLY_ONCE = "exactlyonce"  # stage on executors, publish once from the driver's commit
+    AT_LEAST_ONCE = "atleastonce"  # publish from the executors directly
+
+
+class OptionReader:
+    """Typed, case-insensitive access to Spark's options."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._options = options
+
+    def text(self, name: str) -> str | None:
+        """The option's value, whatever the case of its name in the mapping."""
+        for key in (name.lower(), name):
+            value = self._options.get(key)
+            if value is not None:
+                return str(value)
+        wanted = name.lower()
+        for key, value in self._options.items():
+            if key.lower() == wanted:
+                return str(value)
+        return None
+
+    def parsed(self, name: str, parse: Callable[[str], T], default: T) -> T:
+        text = self.text(name)
+        if text is None or text.strip() == "":
+            return default
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise ConfigError(
+                name, f"option {name}={text!r} is not valid; it must be {exc}"
+            ) from None
+
+    def integer(self, name: str, default: int, minimum: int = 0) -> int:
+        return self.parsed(name, int_parser(minimum, MAX_NUMBER), default)
+
+    def optional_integer(self, name: str, minimum: int = 1) -> int | None:
+        return self.parsed(name, int_parser(minimum, MAX_NUMBER), None)
+
+    def boolean(self, name: str, default: bool) -> bool:
+        return self.parsed(name, parse_bool, default)
+
+    def seconds(self, name: str, default: float | None) -> float | None:
+        return self.parsed(name, _parse_seconds, default)
+
+    def size(self, name: str) -> int | None:
+        value = self.parsed(name, size_parser(), None)
+        return value or None
+
+    def choice(self, name: str, enum_type: type[Enum], default: Enum) -> Enum:
+        def parse(text: str) -> Enum:
+            wanted = text.strip().lower()
+            for member in enum_type:
+                if str(member.value).lower() == wanted:
+                    return member
+            raise ValueError("one of " + ", ".join(str(m.value) for m in enum_type))
+
+        return self.parsed(name, parse, default)
+
+    def required(self, name: str, why: str) -> str:
+        text = self.text(name)
+        if text is None or not text.strip():
+            raise ConfigError(name, f"option {name} is required: {why}")
+        return text.strip()
+
+
+def _parse_seconds(text: str) -> float:
+    accepted = f"a number of seconds from 0 to {_MAX_SECONDS:.0f}"
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError(accepted) from None
+    if not 0 < value <= _MAX_SECONDS:
+        raise ValueError(accepted)
+    return value
+
+
+def _destination(reader: OptionReader, name: str, why: str) -> DestinationName:
+    text = reader.required(name, why)
+    try:
+        return parse_destination(text)
+    except ValueError as exc:
+        raise ConfigError(name, f"option {name}={text!r} is not valid: {exc}") from None
+
+
+def _group(reader: OptionReader, name: str) -> str | None:
+    text = reader.text(name)
+    if text is None or not text.strip():
+        return None
+    try:
+        validate_name(text.strip())
+    except ValueError as exc:
+        raise ConfigError(name, f"option {name}={text!r} is not valid: {exc}") from None
+    return text.strip()
+
+
+def connection_settings(
+    reader: OptionReader, *, retry: RetryPolicy | None = None
+) -> PipelineSettings:
+    """`host`, `port`, `login`, `passcode`, `timeoutSec`, `maxInflight`: how to reach the broker."""
+    defaults = PipelineSettings()
+    host = reader.text("host")
+    timeout = reader.seconds("timeoutSec", defaults.timeout)
+    assert timeout is not None
+    return PipelineSettings(
+        host=host.strip() if host and host.strip() else DEFAULT_HOST,
+        port=reader.parsed("port", int_parser(1, 65535), DEFAULT_PORT),
+        login=reader.text("login"),
+        passcode=reader.text("passcode"),
+        timeout=timeout,
+        retry=retry or defaults.retry,
+        max_inflight=reader.integer("maxInflight", defaults.max_inflight, minimum=1),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Starting:
+    """`startingOffsets`: a position kind, and the sequence number for SEQUENCE."""
+
+    position: StartingPosition
+    sequence: int = 0
+
+
+def _starting(reader: OptionReader, name: str) -> Starting | None:
+    text = reader.text(name)
+    if text is None or not text.strip():
+        return None
+    value = text.strip()
+    for position in (StartingPosition.EARLIEST, StartingPosition.LATEST):
+        if value.lower() == position.value:
+            return Starting(position)
+    if value.lower() == StartingPosition.COMMITTED.value:
+        return Starting(StartingPosition.COMMITTED)
+    accepted = 'earliest, latest, committed, a sequence number, or JSON {"sequence": N}'
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        raise ConfigError(
+            name, f"option {name}={value!r} is not valid; it must be {accepted}"
+        ) from None
+    if isinstance(parsed, dict):
+        parsed = parsed.get("sequence")
+    if isinstance(parsed, bool) or not isinstance(parsed, int) or not 0 <= parsed <= MAX_NUMBER:
+        raise ConfigError(name, f"option {name}={value!r} is not valid; it must be {accepted}")
+    return Starting(StartingPosition.SEQUENCE, parsed)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Everything the readers need, parsed once on the driver and pickled to executors."""
+
+    connection: PipelineSettings
+    destination: DestinationName
+    group: str | None
+    starting: Starting | None  # None: not given (each kind of read has its default)
+    ending: int | None  # batch reads: `endingOffsets` (exclusive; None: the head)
+    max_messages: int | None  # maxMessagesPerTrigger; None: the destination's flow limit
+    max_bytes: int | None  # maxBytesPerTrigger; None: no byte cap
+    min_partitions: int
+    fail_on_data_loss: bool
+    include_headers: bool
+    lease_ttl_ms: int | None  # None: the broker's imq.lease.ttl
+    on_expired_lease: ExpiredLeasePolicy
+
+    @property
+    def is_queue(self) -> bool:
+        return self.destination.kind is DestinationKind.QUEUE
+
+    def stream_starting(self) -> Starting:
+        """Where a stream with a new checkpoint starts: by default a topic at its group's
+        committed cursor; a queue always at the messages waiting in it."""
+        starting = self.starting
+        if not self.is_queue:
+            return starting or Starting(StartingPosition.COMMITTED)
+        if starting is not None and starting.position in (
+            StartingPosition.LATEST,
+            StartingPosition.SEQUENCE,
+        ):
+            raise ConfigError(
+                "startingOffsets",
+                f"option startingOffsets={starting.position.value} does not apply to the queue "
+                f"{self.destination.path}: a queue stream reads the messages waiting in it "
+                "(earliest or committed)",
+            )
+        return Starting(StartingPosition.EARLIEST)
+
+    def stream_group(self) -> str:
+        """The group, which a stream needs: its cursor or its leases are named after it."""
+        if self.group is None:
+            raise ConfigError(
+                "group",
+                "option group is required for a stream: it names the reader's durable cursor "
+                "(topics) or leases (queues); use one name per query, such as the query's name",
+            )
+        return self.group
+
+
+def source_options(options: Mapping[str, str]) -> SourceOptions:
+    reader = OptionReader(options)
+    destination = _destination(
+        reader, "destination", "the queue or topic to read, /queue/NAME or /topic/NAME"
+    )
+    starting = _starting(reader, "startingOffsets")
+    ending_text = reader.text("endingOffsets")
+    ending = None
+    if ending_text is not None and ending_text.strip().lower() not in ("", "latest"):
+        ending = reader.integer("endingOffsets", 0)
+    ttl = reader.seconds("leaseTtlSec", None)
+    return SourceOptions(
+        connection=connection_settings(reader),
+        destination=destination,
+        group=_group(reader, "group"),
+        starting=starting,
+        ending=ending,
+        max_messages=reader.optional_integer("maxMessagesPerTrigger"),
+        max_bytes=reader.size("maxBytesPerTrigger"),
+        min_partitions=reader.integer("minPartitions", 1, minimum=1),
+        fail_on_data_loss=reader.boolean("failOnDataLoss", True),
+        include_headers=reader.boolean("includeHeaders", True),
+        lease_ttl_ms=None if ttl is None else round(ttl * 1000),
+        on_expired_lease=_policy(reader),
+    )
+
+
+def _policy(reader: OptionReader) -> ExpiredLeasePolicy:
+    policy = reader.choice("onExpiredLease", ExpiredLeasePolicy, ExpiredLeasePolicy.FAIL)
+    assert isinstance(policy, ExpiredLeasePolicy)
+    return policy
+
+
+@dataclass(frozen=True, slots=True)
+class SinkOptions:
+    """The sink's options; `sink_id` is None for batch writes and atLeastOnce."""
+
+    connection: PipelineSettings
+    destination: str | None  # None: every row names its own (a destination column)
+    guarantee: DeliveryGuarantee
+    sink_id: str | None
+    stage_ttl_ms: int | None  # None: the broker's imq.stage.ttl
+    persistent: bool
+    priority: int
+
+
+def sink_options(options: Mapping[str, str]) -> SinkOptions:
+    reader = OptionReader(options)
+    destination = None
+    if reader.text("destination"):
+        destination = _destination(reader, "destination", "").path
+    deadline = reader.seconds("retryDeadlineSec", 60.0)
+    pause = reader.seconds("retryPauseSec", 0.1)
+    assert deadline is not None
+    assert pause is not None
+    retry = RetryPolicy(pause=pause, backoff=2.0, max_pause=5.0, deadline=deadline)
+    guarantee = reader.choice(
+        "deliveryGuarantee", DeliveryGuarantee, DeliveryGuarantee.EXACTLY_ONCE
+    )
+    assert isinstance(guarantee, DeliveryGuarantee)
+    ttl = reader.seconds("stageTtlSec", None)
+    return SinkOptions(
+        connection=connection_settings(reader, retry=retry),
+        destination=destination,
+        guarantee=guarantee,
+        sink_id=_group(reader, "sinkId"),
+        stage_ttl_ms=None if ttl is None else round(ttl * 1000),
+        persistent=reader.boolean("persistent", True),
+        priority=reader.parsed("priority", int_parser(0, 9), 4),
+    )

@@ -1,0 +1,158 @@
+"""A scripted broker run whose metrics history the analysis must explain.
+
+With the history sampled every second, three things happen one after the other:
+
+1. Hoarding: on /queue/hoard a slow consumer (window of 200) subscribes before two fast ones
+   (windows of 10). 300 messages arrive at once; the slow consumer, first in line, takes 200 and
+   acknowledges them one by one over several seconds while the fast ones, done with their share,
+   sit empty.
+2. Pauses: on /queue/paused one consumer with a window of 10 gets 20 messages. It holds the first
+   10 for PAUSE_S seconds without acknowledging (its window used up: paused by flow control),
+   acknowledges them, gets the next 10 at once and holds those for PAUSE_S more.
+3. Holding: /queue/full takes at most 5 messages (FLOW_CONTROL); a producer sends 8, so 3 wait
+   for HOLD_S seconds until a consumer arrives.
+
+`run` returns what was measured on the client side, for the tests to compare with the report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from sluiceway.testing import BrokerThread
+from tests.e2e.rawclient import RawClient
+from tests.e2e.stomppy import connect, sync
+
+HOARD: Final = "/queue/hoard"
+PAUSED: Final = "/queue/paused"
+FULL: Final = "/queue/full"
+HOARD_MESSAGES: Final = 300
+SLOW_WINDOW: Final = 200
+FAST_WINDOW: Final = 10
+SLOW_ACK_EVERY_S: Final = 0.03  # 200 acknowledgements over 6 s
+PAUSE_WINDOW: Final = 10
+PAUSE_S: Final = 3.0
+HOLD_S: Final = 3.0
+FULL_LIMIT: Final = 5
+FULL_SENT: Final = 8
+
+
+@dataclass(frozen=True)
+class Measured:
+    data_dir: Path
+    fast_received: tuple[int, int]
+    paused_s: float  # from the paused consumer's window filling to its last acknowledgement
+    held_s: float  # from the held SENDs to the consumer that released them
+
+
+def properties(data_dir: Path) -> dict[str, str]:
+    return {
+        "imq.persist.file.directory": str(data_dir),
+        "imq.metrics.interval": "1",
+        f"imq.destination.queue.{FULL[7:]}.maxNumMsgs": str(FULL_LIMIT),
+        f"imq.destination.queue.{FULL[7:]}.limitBehavior": "FLOW_CONTROL",
+    }
+
+
+def _client(port: int) -> RawClient:
+    client = RawClient(port)
+    client.connect()
+    return client
+
+
+def hoard(port: int) -> tuple[int, int]:
+    """Phase 1; returns how many messages each fast consumer received."""
+    slow = _client(port)
+    slow.subscribe(HOARD, "slow", consumer_flow_limit=str(SLOW_WINDOW))
+    fast = [_client(port) for _ in range(2)]
+    for number, client in enumerate(fast, 1):
+        client.subscribe(HOARD, f"fast{number}", consumer_flow_limit=str(FAST_WINDOW))
+    producer, recorder = connect(port)  # stomp.py, a third-party client, as the producer
+    for number in range(HOARD_MESSAGES):
+        producer.send(HOARD, f"order {number}")
+    sync(producer, recorder)
+    received = [0, 0]
+    deadline = time.monotonic() + 10
+    while sum(received) < HOARD_MESSAGES - SLOW_WINDOW and time.monotonic() < deadline:
+        for index, client in enumerate(fast):
+            client.sync()
+            for message in client.drain():
+                client.ack(message)
+                received[index] += 1
+    for message in slow.receive(SLOW_WINDOW):
+        slow.ack(message)
+        time.sleep(SLOW_ACK_EVERY_S)  # the slow consumer's processing time
+    slow.sync()
+    producer.disconnect()
+    for client in (slow, *fast):
+        client.close()
+    return received[0], received[1]
+
+
+def pauses(port: int) -> float:
+    """Phase 2; returns how long the consumer's window was used up, as the client saw it."""
+    producer = _client(port)
+    consumer = _client(port)
+    consumer.subscribe(PAUSED, "p", consumer_flow_limit=str(PAUSE_WINDOW))
+    for number in range(2 * PAUSE_WINDOW):
+        producer.send("SEND", {"destination": PAUSED}, f"task {number}".encode())
+    producer.sync()
+    first = consumer.receive(PAUSE_WINDOW)
+    window_full = time.monotonic()
+    time.sleep(PAUSE_S)  # holding every message of its window: paused by flow control
+    for message in first:
+        consumer.ack(message)
+    second = consumer.receive(PAUSE_WINDOW)  # refilled at once: paused again
+    time.sleep(PAUSE_S)
+    for message in second:
+        consumer.ack(message)
+    consumer.sync()
+    released = time.monotonic()
+    producer.close()
+    consumer.close()
+    return released - window_full
+
+
+def holding(port: int) -> float:
+    """Phase 3; returns how long SENDs were held."""
+    producer = _client(port)
+    for number in range(FULL_SENT):
+        producer.send("SEND", {"destination": FULL, "receipt": f"r{number}"}, b"x")
+    for number in range(FULL_LIMIT):
+        assert producer.expect("RECEIPT").headers["receipt-id"] == f"r{number}"
+    held = time.monotonic()
+    time.sleep(HOLD_S)  # nobody consumes: the last SENDs wait for room
+    consumer = _client(port)
+    consumer.subscribe(FULL, "drain", ack="auto")
+    for number in range(FULL_LIMIT, FULL_SENT):
+        assert producer.expect("RECEIPT").headers["receipt-id"] == f"r{number}"
+    released = time.monotonic()
+    producer.close()
+    consumer.close()
+    return released - held
+
+
+def wait_for_samples_after(directory: Path, wall_ms: int, timeout: float = 10.0) -> None:
+    """Until the history has a sample written after `wall_ms` (ms since the epoch)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for path in directory.glob("*.jsonl"):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.endswith("}") and json.loads(line)["ts"] > wall_ms:
+                    return
+        time.sleep(0.2)  # the broker writes once a second: poll, bounded by the deadline
+    raise AssertionError(f"no metrics sample after {wall_ms} within {timeout} s")
+
+
+def run(data_dir: Path) -> Measured:
+    with BrokerThread(properties(data_dir)) as broker:
+        fast = hoard(broker.port)
+        paused = pauses(broker.port)
+        held = holding(broker.port)
+        # Two more samples, so the last pause and hold are seen to have ended.
+        wait_for_samples_after(data_dir / "metrics", round(time.time() * 1000) + 1500)
+    return Measured(data_dir=data_dir, fast_received=fast, paused_s=paused, held_s=held)

@@ -1,0 +1,100 @@
+"""A Spark driver killed mid-stream (SIGKILL of its whole process group: the Python driver, the
+JVM and the Python workers) and restarted from its checkpoints loses nothing and duplicates
+nothing, reading a topic by sequence number and a queue by leases."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from sluiceway.client.pipeline import PipelineConnection
+from sluiceway.testing import BrokerThread
+from tests.spark.conftest import java_problem, publish, settings, spark_environment, wait_for
+from tests.spark.crash_job import BATCH, QUERIES
+
+JOB: Final = Path(__file__).with_name("crash_job.py")
+MESSAGES: Final = 3000
+BATCHES: Final = MESSAGES // BATCH
+RUN_WAIT: Final = 240.0
+
+
+@pytest.fixture
+def job_env() -> dict[str, str]:
+    problem = java_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    return {**os.environ, **spark_environment()}
+
+
+@pytest.fixture
+def broker() -> Iterator[BrokerThread]:
+    with BrokerThread() as running:
+        yield running
+
+
+def job(broker: BrokerThread, work: Path, mode: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    with (work / f"{mode}.log").open("w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [sys.executable, str(JOB), str(broker.port), str(work), mode],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group, killed as one
+        )
+
+
+def committed_batches(work: Path, name: str) -> int:
+    commits = work / name / "checkpoint" / "commits"
+    if not commits.is_dir():
+        return 0
+    return sum(1 for p in commits.iterdir() if p.name.isdigit())
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicates(
+    broker: BrokerThread, tmp_path: Path, job_env: dict[str, str]
+) -> None:
+    with PipelineConnection(settings(broker)) as connection:
+        connection.open_cursor(QUERIES["topic"], "crash-topic", "earliest")
+    for destination in QUERIES.values():
+        publish(broker, destination, 0, MESSAGES)
+
+    running = job(broker, tmp_path, "stream", job_env)
+    try:
+        wait_for(
+            lambda: (
+                running.poll() is not None
+                or all(committed_batches(tmp_path, name) >= 2 for name in QUERIES)
+            ),
+            "both queries to commit two batches",
+            RUN_WAIT,
+        )
+        assert running.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
+    finally:
+        os.killpg(running.pid, signal.SIGKILL)
+        running.wait()
+    for name in QUERIES:
+        assert committed_batches(tmp_path, name) < BATCHES, f"{name} ended before the kill"
+
+    restarted = job(broker, tmp_path, "drain", job_env)
+    try:
+        assert restarted.wait(RUN_WAIT) == 0, (tmp_path / "drain.log").read_text()[-3000:]
+    finally:
+        if restarted.poll() is None:
+            os.killpg(restarted.pid, signal.SIGKILL)
+    expected = Counter(f"m{i}" for i in range(MESSAGES))
+    for name in QUERIES:
+        result = json.loads((tmp_path / name / "result.json").read_text())
+        assert Counter(result) == expected, f"{name}: lost or duplicated messages"
+    with PipelineConnection(settings(broker)) as connection:
+        assert connection.head(QUERIES["queue"]).message_count == 0

@@ -1,0 +1,33 @@
+"""The example pipeline runs with one command and reports every order through once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.spark.conftest import java_problem, spark_environment
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "orders_pipeline.py"
+
+
+def test_the_orders_example_runs_end_to_end() -> None:
+    problem = java_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--orders", "1500"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, **spark_environment()},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "sent 1500 orders to /queue/orders" in result.stdout
+    assert "1500 enriched orders received: 0 missing, 0 duplicated, 0 with a wrong total" in (
+        result.stdout
+    )

@@ -1,0 +1,274 @@
+"""The readers and writers without a Spark session: offsets, batch planning, rows, columns,
+pickling (what Spark does to ship them to executors) and the sink's name."""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+from pathlib import Path
+from typing import TypeVar, cast
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+from pyspark.sql.types import Row, StructType
+
+from sluiceway.client.pipeline import OutgoingMessage, PipelineConnection, PipelineMessage
+from sluiceway.spark.errors import DataLossError, SchemaMismatch
+from sluiceway.spark.offsets import (
+    LeasePartition,
+    QueueOffset,
+    RangePartition,
+    TopicOffset,
+    lease_names,
+    split_range,
+)
+from sluiceway.spark.options import sink_options, source_options
+from sluiceway.spark.queue import QueueStreamReader
+from sluiceway.spark.reading import Caps
+from sluiceway.spark.rows import SOURCE_SCHEMA, SinkColumns, message_row
+from sluiceway.spark.sink import checkpoint_query_id
+from sluiceway.spark.topic import TopicStreamReader
+from sluiceway.testing import BrokerThread
+from tests.conftest import BrokerFactory
+from tests.spark.conftest import publish, settings
+
+T = TypeVar("T")
+
+
+def shipped_copy(value: T) -> T:
+    """`value` after a round trip through pickle, as Spark ships readers to executors."""
+    copy = pickle.loads(pickle.dumps(value))  # noqa: S301  (bytes this test made just now)
+    return cast("T", copy)
+
+
+def queue_reader(**options: str) -> QueueStreamReader:
+    return QueueStreamReader(source_options({"destination": "/queue/q", "group": "g", **options}))
+
+
+def test_offsets_round_trip_and_belong_to_one_destination() -> None:
+    topic = TopicOffset("/topic/t", 100, 250)
+    assert TopicOffset.parse(topic.to_json(), "/topic/t") == topic
+    queue = QueueOffset("/queue/q", 5_000_003, 2, 3, 500, 0)
+    assert QueueOffset.parse(queue.to_json(), "/queue/q") == queue
+    assert list(queue.lease_numbers()) == [5_000_002, 5_000_003]
+    assert list(lease_names("g", queue)) == [
+        "g/5000002",
+        "g/5000003",
+        "g.1/5000002",
+        "g.1/5000003",
+        "g.2/5000002",
+        "g.2/5000003",
+    ]
+    with pytest.raises(SchemaMismatch, match="new checkpoint location"):
+        TopicOffset.parse(topic.to_json(), "/topic/other")
+    with pytest.raises(SchemaMismatch, match="not a sluiceway offset"):
+        TopicOffset.parse({"destination": "/topic/t", "start": 1, "sequence": "x"}, "/topic/t")
+
+
+def test_a_range_is_cut_into_contiguous_partitions() -> None:
+    parts = split_range("/topic/t", 10, 20, 3)
+    assert [(p.start, p.end) for p in parts] == [(10, 13), (13, 16), (16, 20)]
+    assert [(p.start, p.end) for p in split_range("/topic/t", 5, 7, 4)] == [(5, 6), (6, 7)]
+    assert split_range("/topic/t", 7, 7, 2) == []
+
+
+def test_a_queue_batch_is_planned_as_leases_under_the_caps() -> None:
+    reader = queue_reader(minPartitions="3")
+    begin = QueueOffset("/queue/q", 1000, 0, 0, 0, 0)
+    plan = reader._plan(begin, 1000, None)
+    assert (plan.lease, plan.leases, plan.partitions, plan.size, plan.bytes) == (1001, 1, 3, 334, 0)
+    assert plan.partitions * plan.leases * plan.size >= 1000
+    small = reader._plan(begin, 2, 4096)
+    assert (small.partitions, small.size, small.bytes) == (2, 1, 2048)
+    # A batch beyond what one lease may hold takes several leases per partition.
+    huge = queue_reader()._plan(begin, 250_000, None)
+    assert (huge.lease, huge.leases, huge.size) == (1003, 3, 83_334)
+
+
+def test_read_limits_from_spark_become_caps() -> None:
+    reader = queue_reader(maxMessagesPerTrigger="500", maxBytesPerTrigger="1k")
+    driver = reader.driver
+    assert driver.caps(ReadMaxRows(200)) == Caps(200, 1024)
+    assert driver.caps(ReadAllAvailable()) == Caps(None, None)
+    assert driver.caps(ReadMaxBytes(10)) == Caps(500, 10)
+
+
+def test_readers_pickle_without_their_sockets(broker: BrokerThread) -> None:
+    options = {"destination": "/topic/t", "group": "g", "port": str(broker.port)}
+    reader = TopicStreamReader(source_options(options))
+    reader.initialOffset()
+    assert reader.driver.connection.connected
+    shipped = shipped_copy(reader)
+    assert not shipped.driver.connection.connected
+    reader.stop()
+    assert not reader.driver.connection.connected
+
+
+def test_the_initial_offset_is_computed_once(make_broker: BrokerFactory) -> None:
+    broker = make_broker()
+    options = {"destination": "/topic/t", "group": "g", "startingOffsets": "latest"}
+    reader = TopicStreamReader(source_options({**options, "port": str(broker.port)}))
+    first = reader.initialOffset()
+    publish(broker, "/topic/t", 0, 5)
+    assert reader.initialOffset() == first
+    reader.stop()
+
+
+def test_a_message_becomes_a_row_of_the_source_schema() -> None:
+    headers = {
+        "message-id": "q-1",
+        "destination": "/queue/q",
+        "sequence": "42",
+        "priority": "7",
+        "persistent": "true",
+        "timestamp": "1700000000000",
+        "expires": "0",
+        "redelivered": "true",
+        "delivery-count": "2",
+        "content-type": "text/plain;charset=latin-1",
+        "region": "EU",
+        "lease": "g/1",
+        "subscription": "p1",
+    }
+    row = message_row(PipelineMessage("café".encode("latin-1"), headers), include_headers=True)
+    assert len(row) == len(SOURCE_SCHEMA.fields)
+    as_dict = dict(zip(SOURCE_SCHEMA.fieldNames(), row, strict=True))
+    assert as_dict["text"] == "café"
+    assert as_dict["headers"] == {"content-type": "text/plain;charset=latin-1", "region": "EU"}
+    assert as_dict["sequence"] == 42
+    assert as_dict["timestamp"] == datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.UTC)
+    assert as_dict["expires"] is None
+    assert (as_dict["redelivered"], as_dict["delivery_count"], as_dict["priority"]) == (True, 2, 7)
+    binary = message_row(PipelineMessage(b"\xff\xfe", {}), include_headers=False)
+    assert binary[1] is None  # not text
+    assert binary[2] is None  # includeHeaders=false
+
+
+def test_sink_columns_are_checked_and_rows_become_messages() -> None:
+    schema = StructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": "body", "type": "string", "nullable": True, "metadata": {}},
+                {"name": "sequence", "type": "long", "nullable": True, "metadata": {}},
+                {"name": "priority", "type": "integer", "nullable": True, "metadata": {}},
+                {"name": "destination", "type": "string", "nullable": True, "metadata": {}},
+            ],
+        }
+    )
+    columns = SinkColumns.bind(schema)
+    message = columns.message(
+        Row(body="hé", sequence=9, priority=8, destination="/queue/row"), None, True, 4
+    )
+    assert message.body == "hé".encode()
+    assert message.headers == {"content-type": "text/plain;charset=utf-8"}
+    assert (message.priority, message.destination) == (8, "/queue/row")
+    # The destination option wins over the column, as Kafka's topic option does.
+    assert columns.message(
+        Row(body="x", sequence=1, priority=None, destination="/queue/row"), "/queue/opt", True, 4
+    ).destination == ("/queue/opt")
+    with pytest.raises(SchemaMismatch, match="no destination"):
+        columns.message(Row(body="x", sequence=1, priority=None, destination=None), None, True, 4)
+    bad = StructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [{"name": "body", "type": "integer", "nullable": True, "metadata": {}}],
+        }
+    )
+    with pytest.raises(SchemaMismatch, match="binary or string"):
+        SinkColumns.bind(bad)
+
+
+def test_the_sink_name_comes_from_the_checkpoints_query_id(tmp_path: Path) -> None:
+    (tmp_path / "metadata").write_text('{"id":"25e2479c-25f3-40fc-8d12-12a10baf9ff0"}\n')
+    assert checkpoint_query_id(str(tmp_path)) == "25e2479c-25f3-40fc-8d12-12a10baf9ff0"
+    assert checkpoint_query_id(f"file:{tmp_path}") == "25e2479c-25f3-40fc-8d12-12a10baf9ff0"
+    assert checkpoint_query_id(str(tmp_path / "missing")) is None
+    assert checkpoint_query_id("s3a://bucket/checkpoint") is None
+    assert sink_options({"sinkId": "fixed"}).sink_id == "fixed"
+
+
+def test_partitions_pickle() -> None:
+    part = RangePartition("/topic/t", 1, 5)
+    assert shipped_copy(part) == part
+
+
+def topic_reader(broker: BrokerThread, **options: str) -> TopicStreamReader:
+    base = {"destination": "/topic/t", "group": "g", "port": str(broker.port)}
+    return TopicStreamReader(source_options({**base, **options}))
+
+
+def test_max_bytes_per_trigger_cuts_a_topic_batch(broker: BrokerThread) -> None:
+    reader = topic_reader(broker, maxBytesPerTrigger="350", startingOffsets="earliest")
+    start = reader.initialOffset()  # opens the cursor, so the topic keeps what follows
+    with PipelineConnection(settings(broker)) as connection:
+        connection.send_many(OutgoingMessage("/topic/t", bytes(100)) for _ in range(10))
+    end = TopicOffset.parse(reader.latestOffset(start, ReadMaxRows(1000)), "/topic/t")
+    assert (end.start, end.sequence) == (1, 4)  # three bodies of 100 bytes; a fourth is too many
+    whole = TopicOffset.parse(reader.latestOffset(start, ReadAllAvailable()), "/topic/t")
+    assert whole.sequence == 11
+    reader.stop()
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_messages_released_under_a_batch_are_reported(broker: BrokerThread, fail: bool) -> None:
+    reader = topic_reader(broker, failOnDataLoss=str(fail).lower(), startingOffsets="earliest")
+    start = reader.initialOffset()
+    publish(broker, "/topic/t", 0, 10)
+    end = reader.latestOffset(start, ReadMaxRows(1000))
+    # Another query on the same group commits past this one: messages 1 to 5 are released.
+    with PipelineConnection(settings(broker)) as connection:
+        connection.commit_cursor("/topic/t", "g", 6)
+    if fail:
+        with pytest.raises(DataLossError, match="1 to 5 may be gone"):
+            reader.partitions(start, end)
+    else:
+        parts = reader.partitions(start, end)
+        assert [(p.start, p.end) for p in parts if isinstance(p, RangePartition)] == [(1, 11)]
+    reader.stop()
+
+
+def test_a_broker_restart_gap_in_sequence_numbers_is_not_a_loss(
+    make_broker: BrokerFactory, tmp_path: Path
+) -> None:
+    data = {"imq.persist.file.directory": str(tmp_path / "data")}
+    broker = make_broker(data)
+    reader = topic_reader(broker, startingOffsets="earliest")
+    start = reader.initialOffset()
+    publish(broker, "/topic/t", 0, 3)
+    end = reader.latestOffset(start, ReadMaxRows(1000))
+    assert TopicOffset.parse(end, "/topic/t").sequence == 4
+    reader.commit(end)
+    reader.stop()
+    broker.stop()
+    # After a restart the broker hands out sequence numbers from a new block.
+    restarted = make_broker(data)
+    reader = topic_reader(restarted)
+    publish(restarted, "/topic/t", 3, 2)
+    later = reader.latestOffset(end, ReadMaxRows(1000))
+    batch = TopicOffset.parse(later, "/topic/t")
+    assert batch.start == 4
+    parts = reader.partitions(end, later)  # no DataLossError
+    assert (
+        sum(p.end - p.start for p in parts if isinstance(p, RangePartition)) == batch.sequence - 4
+    )
+    reader.stop()
+
+
+def test_a_queue_batch_reads_its_leases_under_the_byte_cap(broker: BrokerThread) -> None:
+    options = {"port": str(broker.port), "maxBytesPerTrigger": "350", "minPartitions": "2"}
+    reader = queue_reader(**options)
+    with PipelineConnection(settings(broker)) as connection:
+        connection.send_many(OutgoingMessage("/queue/q", bytes(100)) for _ in range(10))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(1000))
+    parts = reader.partitions(start, end)
+    assert [p.group for p in parts if isinstance(p, LeasePartition)] == ["g", "g.1"]
+    # What executors do: each partition creates and reads its own lease.
+    rows = [row for part in parts for row in reader.read(part)]
+    assert sum(len(row[0]) for row in rows if isinstance(row[0], bytes)) <= 350
+    assert len(rows) == 2  # 175 bytes per lease: one 100-byte message each
+    reader.commit(end)
+    with PipelineConnection(settings(broker)) as connection:
+        assert connection.head("/queue/q").message_count == 8
+    reader.stop()
