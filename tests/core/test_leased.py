@@ -38,10 +38,10 @@ def test_messages_read_in_order_from_any_position_without_a_swap_area() -> None:
     for seq in range(1, 11):
         leased.append(message(seq))
     assert (len(leased), leased.bytes) == (10, 11)
-    assert ledger.used == sum(message_cost(m.size) for m in leased.read(0, 100))
-    assert [m.seq for m in leased.read(3, 4)] == [4, 5, 6, 7]
-    assert [m.seq for m in leased.read(8, 100)] == [9, 10]
-    assert leased.read(10, 5) == []
+    assert ledger.used == sum(message_cost(m.size) for m in leased.read_at(0, 100))
+    assert [m.seq for m in leased.read_at(3, 4)] == [4, 5, 6, 7]
+    assert [m.seq for m in leased.read_at(8, 100)] == [9, 10]
+    assert leased.read_at(10, 5) == []
     drained = [m.seq for batch in leased.drain() for m in batch]
     assert drained == list(range(1, 11))
     assert (len(leased), ledger.used) == (0, 0)
@@ -57,9 +57,9 @@ def test_over_the_threshold_messages_spill_and_read_back_with_their_bookkeeping(
         leased.append(message(seq))
     assert swap.segment_count >= 1
     assert ledger.used < message_cost(1) * (CHUNK_MESSAGES + 6)  # only the head and one chunk
-    window = leased.read(CHUNK_MESSAGES - 2, 5)  # across the head and the first chunk
+    window = leased.read_at(CHUNK_MESSAGES - 2, 5)  # across the head and the first chunk
     assert [m.seq for m in window] == list(range(CHUNK_MESSAGES - 1, CHUNK_MESSAGES + 4))
-    everything = leased.read(0, count)
+    everything = leased.read_at(0, count)
     assert [m.seq for m in everything] == list(range(1, count + 1))
     last = everything[-1]
     assert (last.location, last.marks, last.delivery_count) == (1000 + count, [2000 + count], 1)

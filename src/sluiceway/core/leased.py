@@ -14,120 +14,21 @@ marker with the lease's state.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from sluiceway.core.lease_records import LeaseState
-from sluiceway.core.memory import MemoryLedger, message_cost
 from sluiceway.core.message import Message
-from sluiceway.core.pending import (
-    CHUNK_BYTES,
-    CHUNK_MESSAGES,
-    Chunk,
-    Spill,
-    decode_chunk,
-    encode_chunk,
-)
+from sluiceway.core.spilling import SpillingRun
 from sluiceway.core.subscription import BrowserSubscription
 
 if TYPE_CHECKING:
     from sluiceway.core.leases import Lease
 
 
-class LeasedMessages:
+class LeasedMessages(SpillingRun):
     """A lease's messages, in the order they left the queue (queue order)."""
 
-    __slots__ = (
-        "_bytes",
-        "_chunks",
-        "_count",
-        "_filling",
-        "_filling_bytes",
-        "_head",
-        "_ledger",
-        "_spill",
-    )
-
-    def __init__(self, ledger: MemoryLedger, spill: Spill | None) -> None:
-        self._head: list[Message] = []  # in memory
-        self._chunks: list[Chunk] = []  # spilled, after the head
-        self._filling: list[Message] = []  # in memory until they make a chunk, after the chunks
-        self._filling_bytes = 0
-        self._count = 0
-        self._bytes = 0
-        self._ledger = ledger
-        self._spill = spill
-
-    def __len__(self) -> int:
-        return self._count
-
-    @property
-    def bytes(self) -> int:
-        """Body bytes of the messages held, in memory or spilled."""
-        return self._bytes
-
-    def append(self, message: Message) -> None:
-        self._count += 1
-        self._bytes += message.size
-        self._ledger.add(message_cost(message.size))
-        if self._spill is not None and (self._chunks or self._filling or self._ledger.over):
-            self._filling.append(message)
-            self._filling_bytes += message.size
-            if len(self._filling) >= CHUNK_MESSAGES or self._filling_bytes >= CHUNK_BYTES:
-                self._spill_filling()
-        else:
-            self._head.append(message)
-
-    def _spill_filling(self) -> None:
-        assert self._spill is not None
-        messages, self._filling, self._filling_bytes = self._filling, [], 0
-        self._chunks.append(Chunk(self._spill.write(encode_chunk(messages)), messages))
-        for message in messages:
-            self._ledger.remove(message_cost(message.size))
-
-    def read(self, start: int, limit: int) -> list[Message]:
-        """Up to `limit` messages from position `start` (0: the first), not removed."""
-        found: list[Message] = []
-        offset = 0  # position of the first message of the part being looked at
-        for part in self._parts():
-            if len(found) >= limit:
-                break
-            wanted = start + len(found)
-            size = part.count if isinstance(part, Chunk) else len(part)
-            if wanted < offset + size:
-                messages = self._load(part) if isinstance(part, Chunk) else part
-                first = wanted - offset
-                found.extend(messages[first : first + limit - len(found)])
-            offset += size
-        return found
-
-    def _parts(self) -> Iterator[list[Message] | Chunk]:
-        yield self._head
-        yield from self._chunks
-        yield self._filling
-
-    def _load(self, chunk: Chunk) -> list[Message]:
-        assert self._spill is not None
-        return decode_chunk(self._spill.read(chunk.ref))
-
-    def drain(self) -> Iterator[list[Message]]:
-        """Remove every message, in order, a part at a time (spilled chunks are read back and
-        freed), so a large lease is never all in memory at once."""
-        head, chunks, filling = self._head, self._chunks, self._filling
-        self._head, self._chunks, self._filling = [], [], []
-        self._count = self._bytes = self._filling_bytes = 0
-        for messages in (head, filling):
-            for message in messages:
-                self._ledger.remove(message_cost(message.size))
-        if head:
-            yield head
-        for chunk in chunks:
-            messages = self._load(chunk)
-            assert self._spill is not None
-            self._spill.free(chunk.ref)
-            yield messages
-        if filling:
-            yield filling
+    __slots__ = ()
 
 
 class LeaseReader(BrowserSubscription):
@@ -155,7 +56,7 @@ class LeaseReader(BrowserSubscription):
             lease = self._lease
             batch = []
             if lease is not None and lease.state is LeaseState.OPEN:
-                batch = lease.messages.read(self._index, self._room())
+                batch = lease.messages.read_at(self._index, self._room())
             if not batch:
                 self._finish()
                 return

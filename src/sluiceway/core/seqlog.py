@@ -10,51 +10,17 @@ without removing it.
 from __future__ import annotations
 
 import bisect
-from collections import deque
 
-from sluiceway.core.memory import MemoryLedger, message_cost
+from sluiceway.core.memory import message_cost
 from sluiceway.core.message import Message
-from sluiceway.core.pending import (
-    CHUNK_BYTES,
-    CHUNK_MESSAGES,
-    Chunk,
-    Spill,
-    decode_chunk,
-    encode_chunk,
-)
+from sluiceway.core.pending import Chunk, decode_chunk, encode_chunk
+from sluiceway.core.spilling import SpillingRun
 
 
-class SeqLog:
+class SeqLog(SpillingRun):
     """Messages ordered by `seq` (they are appended in that order)."""
 
-    __slots__ = (
-        "_bytes",
-        "_chunks",
-        "_count",
-        "_filling",
-        "_filling_bytes",
-        "_head",
-        "_ledger",
-        "_spill",
-    )
-
-    def __init__(self, ledger: MemoryLedger, spill: Spill | None) -> None:
-        self._head: deque[Message] = deque()
-        self._chunks: deque[Chunk] = deque()
-        self._filling: list[Message] = []
-        self._filling_bytes = 0
-        self._count = 0
-        self._bytes = 0
-        self._ledger = ledger
-        self._spill = spill
-
-    def __len__(self) -> int:
-        return self._count
-
-    @property
-    def bytes(self) -> int:
-        """Body bytes of the messages held, in memory or spilled."""
-        return self._bytes
+    __slots__ = ()
 
     @property
     def first_seq(self) -> int | None:
@@ -63,25 +29,6 @@ class SeqLog:
         if self._chunks:
             return self._chunks[0].first_seq
         return self._filling[0].seq if self._filling else None
-
-    def append(self, message: Message) -> None:
-        self._count += 1
-        self._bytes += len(message.body)
-        self._ledger.add(message_cost(len(message.body)))
-        if self._spill is not None and (self._chunks or self._filling or self._ledger.over):
-            self._filling.append(message)
-            self._filling_bytes += len(message.body)
-            if len(self._filling) >= CHUNK_MESSAGES or self._filling_bytes >= CHUNK_BYTES:
-                self._spill_filling()
-        else:
-            self._head.append(message)
-
-    def _spill_filling(self) -> None:
-        assert self._spill is not None
-        messages, self._filling, self._filling_bytes = self._filling, [], 0
-        self._chunks.append(Chunk(self._spill.write(encode_chunk(messages)), messages))
-        for message in messages:
-            self._ledger.remove(message_cost(len(message.body)))
 
     def read(self, from_seq: int, limit: int, to_seq: int | None = None) -> list[Message]:
         """Up to `limit` messages with from_seq <= seq (< to_seq), in order, not removed."""

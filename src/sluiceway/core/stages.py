@@ -27,24 +27,15 @@ from __future__ import annotations
 import enum
 import logging
 from array import array
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from sluiceway.core.destination import Destination
-from sluiceway.core.memory import MemoryLedger, message_cost
 from sluiceway.core.message import Message
-from sluiceway.core.pending import (
-    CHUNK_BYTES,
-    CHUNK_MESSAGES,
-    Chunk,
-    Spill,
-    decode_chunk,
-    encode_chunk,
-)
 from sluiceway.core.producers import Publish
+from sluiceway.core.spilling import SpillingRun
 from sluiceway.core.stage_records import (
     MAX_EXPIRES,
     OpenStage,
@@ -86,81 +77,11 @@ class StagedSend:
     ttl_ms: int  # the stage is discarded this long after its latest SEND, unless committed
 
 
-class StagedMessages:
+class StagedMessages(SpillingRun):
     """One stage's messages in send order, in memory up to the swap point and then in chunks
     in the swap area. Appending is O(1); they leave all together (published or discarded)."""
 
-    __slots__ = ("_chunks", "_filling", "_filling_bytes", "_head", "_ledger", "_spill", "count")
-
-    def __init__(self, ledger: MemoryLedger, spill: Spill | None) -> None:
-        self._head: deque[Message] = deque()  # oldest, in memory
-        self._chunks: deque[Chunk] = deque()  # spilled, after the head
-        self._filling: list[Message] = []  # newest, in memory until they make a chunk
-        self._filling_bytes = 0
-        self._ledger = ledger
-        self._spill = spill
-        self.count = 0
-
-    def __len__(self) -> int:
-        return self.count
-
-    @property
-    def spilled(self) -> int:
-        """Messages held in the swap area."""
-        return sum(chunk.count for chunk in self._chunks)
-
-    def append(self, message: Message) -> None:
-        self.count += 1
-        self._ledger.add(message_cost(message.size))
-        # Once one message is spilled, every later one is too, so the order stays: head,
-        # chunks, filling.
-        if self._spill is not None and (self._chunks or self._filling or self._ledger.over):
-            self._filling.append(message)
-            self._filling_bytes += message.size
-            if len(self._filling) >= CHUNK_MESSAGES or self._filling_bytes >= CHUNK_BYTES:
-                self._spill_filling()
-        else:
-            self._head.append(message)
-
-    def _spill_filling(self) -> None:
-        assert self._spill is not None
-        messages, self._filling, self._filling_bytes = self._filling, [], 0
-        self._chunks.append(Chunk(self._spill.write(encode_chunk(messages)), messages))
-        for message in messages:
-            self._ledger.remove(message_cost(message.size))
-
-    def drain(self) -> Iterator[list[Message]]:
-        """Remove the messages and yield them in order, at most one spilled chunk at a time: a
-        run leaves the ledger here and is counted again where the caller puts it."""
-        if self._head:
-            run, self._head = list(self._head), deque()
-            yield self._taken(run, counted=True)
-        while self._chunks:
-            assert self._spill is not None
-            chunk = self._chunks.popleft()
-            run = decode_chunk(self._spill.read(chunk.ref))
-            self._spill.free(chunk.ref)
-            yield self._taken(run, counted=False)
-        if self._filling:
-            run, self._filling, self._filling_bytes = self._filling, [], 0
-            yield self._taken(run, counted=True)
-
-    def _taken(self, run: list[Message], *, counted: bool) -> list[Message]:
-        self.count -= len(run)
-        if counted:
-            for message in run:
-                self._ledger.remove(message_cost(message.size))
-        return run
-
-    def clear(self) -> None:
-        """Drop every message; spilled chunks are freed without being read."""
-        for message in (*self._head, *self._filling):
-            self._ledger.remove(message_cost(message.size))
-        if self._spill is not None:
-            for chunk in self._chunks:
-                self._spill.free(chunk.ref)
-        self._head, self._chunks, self._filling = deque(), deque(), []
-        self._filling_bytes = self.count = 0
+    __slots__ = ()
 
 
 class _Totals:
@@ -467,7 +388,7 @@ class StageArea:
         """The messages of `stages` are gone: their room is free, held producers may go on."""
         hooks = self._context.hooks
         for stage in stages:
-            stage.messages.clear()
+            stage.messages.discard()
             for destination, totals in stage.totals.items():
                 self._counted(destination, -totals.count, -totals.bytes)
                 hooks.room(destination)
