@@ -136,6 +136,17 @@ def test_a_replayed_commit_publishes_nothing_and_late_sends_are_dropped(broker: 
     assert destination(broker).fullness().count == 1
 
 
+def test_only_the_sinks_that_committed_last_are_remembered(make_broker: MakeBroker) -> None:
+    broker = make_broker({"imq.stage.max_sinks": "2"})
+    # "a" commits again after "b", so "b" is the one that committed longest ago.
+    for sink, batch in (("a", 1), ("b", 1), ("a", 2), ("c", 1)):
+        assert broker.stages.commit(sink, batch, []).state is StageState.COMMITTED
+    assert broker.stages.committed == {"a": 2, "c": 1}
+    # "b" is forgotten: its batch 1 counts as new again (the bound's documented cost).
+    assert broker.stages.commit("b", 1, []).state is StageState.COMMITTED
+    assert broker.stages.commit("c", 1, []).state is StageState.COMMITTED_BEFORE
+
+
 def test_a_commit_discards_the_sinks_earlier_batches_but_not_later_ones_or_other_sinks(
     broker: Broker,
 ) -> None:

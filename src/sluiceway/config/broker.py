@@ -364,6 +364,13 @@ class BrokerConfig(ServiceConfig):
         "when its SENDs give no stage-ttl, in ms, counted from its latest SEND; then it is "
         "discarded.",
     )
+    stage_max_sinks: int = prop(
+        "imq.stage.max_sinks",
+        int_parser(minimum=1),
+        100_000,
+        "How many sinks' highest committed batches the broker remembers (those that committed "
+        "last): a COMMIT replayed by a sink forgotten since would publish its batch again.",
+    )
     dmq_truncate_body: bool = prop(
         "imq.destination.DMQ.truncateBody",
         parse_bool,

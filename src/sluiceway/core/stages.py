@@ -284,8 +284,7 @@ class StageArea:
         ]
         plan = self._plan(chosen)
         lsn = self.recorder.committed(sink, batch, plan, discarded)
-        self.committed[sink] = batch
-        self._commit_lsn[sink] = lsn
+        self._remember(sink, batch, lsn)
         for stage in (*chosen, *discarded):
             self._unregister(stage)
         self._drop(discarded)
@@ -414,5 +413,19 @@ class StageArea:
     def restore_sinks(self, committed: dict[str, int], next_id: int) -> None:
         """The sinks' highest committed batches and the next stage id, read back at start-up."""
         for sink, batch in committed.items():
-            self.committed[sink] = max(self.committed.get(sink, -1), batch)
+            self._remember(sink, max(self.committed.get(sink, -1), batch), 0)
         self.next_id = max(self.next_id, next_id)
+
+    def _remember(self, sink: str, batch: int, lsn: int) -> None:
+        """Record `sink`'s highest committed batch. Only the imq.stage.max_sinks sinks that
+        committed last are remembered (every batch DataFrame write is a sink of its own, so the
+        number of sinks grows without end); a sink forgotten that long ago would publish a
+        replayed commit again."""
+        self.committed.pop(sink, None)  # to the end: the most recent
+        self.committed[sink] = batch
+        if lsn:
+            self._commit_lsn[sink] = lsn
+        while len(self.committed) > self._broker.config.stage_max_sinks:
+            oldest = next(iter(self.committed))
+            del self.committed[oldest]
+            self._commit_lsn.pop(oldest, None)
