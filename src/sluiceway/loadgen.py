@@ -10,47 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from sluiceway.protocol.codec import FrameDecoder, encode_frame
-from sluiceway.protocol.frames import Frame, StompVersion
+from sluiceway.bench.stream import RssSampler, StompStream, rss
+from sluiceway.protocol.frames import Frame
 
-V12 = StompVersion.V1_2
-
-
-def rss(pid: int) -> int:
-    """Resident set size of a process, in bytes (Linux /proc); 0 once it has ended."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return 0
-    for line in text.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-class RssSampler(threading.Thread):
-    """Samples a process's RSS every `interval` seconds; `peak` is the highest seen."""
-
-    def __init__(self, pid: int, interval: float = 0.05) -> None:
-        super().__init__(daemon=True, name=f"rss-{pid}")
-        self.pid = pid
-        self.interval = interval
-        self.peak = 0
-        self._finished = threading.Event()
-
-    def run(self) -> None:
-        while not self._finished.wait(self.interval):
-            self.peak = max(self.peak, rss(self.pid))
-
-    def stop(self) -> int:
-        self._finished.set()
-        self.join()
-        return self.peak
+__all__ = ["Drained", "Produced", "RssSampler", "StompStream", "drain", "produce", "rss"]
 
 
 @dataclass
@@ -66,44 +32,6 @@ class Produced:
     @property
     def answered(self) -> int:
         return self.accepted + sum(self.refused.values())
-
-
-class StompStream:
-    """One STOMP 1.2 connection over asyncio streams."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self.decoder = FrameDecoder()
-
-    @classmethod
-    async def open(cls, port: int, **headers: str) -> StompStream:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        stream = cls(reader, writer)
-        connect = {"accept-version": "1.2", "host": "load", **headers}
-        writer.write(encode_frame(Frame("CONNECT", connect)))
-        frame = await stream.next_frame()
-        if frame.command != "CONNECTED":
-            raise RuntimeError(f"CONNECT refused: {frame.headers} {frame.body!r}")
-        stream.decoder.version = V12
-        return stream
-
-    def send(self, frame: Frame) -> None:
-        self.writer.write(encode_frame(frame, V12))
-
-    async def next_frame(self) -> Frame:
-        while True:
-            event = self.decoder.next_event()
-            if isinstance(event, Frame):
-                return event
-            if event is None:
-                data = await self.reader.read(256 * 1024)
-                if not data:
-                    raise ConnectionError("the broker closed the connection")
-                self.decoder.receive_data(data)
-
-    async def close(self) -> None:
-        self.writer.close()
-        await self.writer.wait_closed()
 
 
 async def produce(

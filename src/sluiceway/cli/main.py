@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from sluiceway import __version__
 from sluiceway.analysis import command as analyze
+from sluiceway.bench import command as bench
 from sluiceway.cli import cmd
 from sluiceway.config import BrokerConfig, load_config, render_reference
 from sluiceway.errors import ConfigError, SluicewayError
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cmd.add_parser(commands)
     analyze.add_parser(commands)
+    bench.add_parser(commands)
     return parser
 
 
@@ -74,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd.run(args)
     if args.command == "analyze":
         return analyze.run(args)
+    if args.command == "bench":
+        return bench.run(args)
     return 2  # argparse rejects unknown commands before this
 
 
