@@ -13,6 +13,7 @@ browser cannot be made to pause or purge a destination by a link or a form elsew
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -137,7 +138,7 @@ class AdminServer:
 
     @web.middleware
     async def _security(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        principal = self.authenticate(request)
+        principal = await self.authenticate(request)
         if not principal.is_admin:
             log.warning(
                 "admin request %s %s by %r refused: not an administrator",
@@ -170,8 +171,10 @@ class AdminServer:
         request[PRINCIPAL] = principal
         return await handler(request)
 
-    def authenticate(self, request: web.Request) -> Principal:
-        """The request's principal; raises Unauthorized for missing or wrong credentials."""
+    async def authenticate(self, request: web.Request) -> Principal:
+        """The request's principal; raises Unauthorized for missing or wrong credentials. The
+        password hash (scrypt, tens of ms by design) is checked in a worker thread, so the
+        event loop goes on moving messages meanwhile."""
         if self.authenticator is None:
             return ANONYMOUS
         header = request.headers.get("Authorization", "")
@@ -181,7 +184,9 @@ class AdminServer:
             auth = None
         try:
             principal = (
-                self.authenticator.authenticate(auth.login, auth.password)
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self.authenticator.authenticate, auth.login, auth.password
+                )
                 if auth is not None
                 else None
             )
