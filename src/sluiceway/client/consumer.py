@@ -55,7 +55,9 @@ class Consumer:
         self.flow_limit = settings.consumer_flow_limit  # replaced by the broker's answer
         self.flow_threshold = settings.consumer_flow_threshold
         self.prefetch = settings.consumer_flow_limit_prefetch
-        self._buffer: deque[tuple[int, Message]] = deque()  # (connection generation, message)
+        # (connection generation, message); bounded by the consumer flow limit: the broker sends
+        # no more than the window it granted until messages are consumed.
+        self._buffer: deque[tuple[int, Message]] = deque()
         self._arrived = asyncio.Event()
         self.max_buffered = 0
         self.closed = False

@@ -41,7 +41,8 @@ class DurableState:
         self.selector = selector
         self.cursor = record.start_seq  # the next sequence number to read from the log
         self.redeliver: list[Message] = []  # given back, by seq; delivered before the log's
-        self.lookahead: deque[Message] = deque()  # read from the log, not yet given out
+        # Read from the log, not yet given out: at most LOOKAHEAD at a time.
+        self.lookahead: deque[Message] = deque()
         self.acked_ahead: set[int] = set()  # acknowledged above the cursor (after a restart)
         self.deliveries: dict[int, int] = {}  # seq -> deliveries, while unacknowledged
         self.active: DurableSubscription | None = None
