@@ -185,7 +185,12 @@ async def _send_all(
     finished: asyncio.Event,
     result: ProducerResult,
 ) -> None:
-    headers = {"destination": spec.destination, "persistent": str(spec.persistent).lower()}
+    # `persistent` only when true (false is every broker's default): RabbitMQ reads
+    # `persistent:false` on a SEND to /queue/NAME as a request for a non-durable queue, and drops
+    # the connection when the queue exists as a durable one.
+    headers = {"destination": spec.destination}
+    if spec.persistent:
+        headers["persistent"] = "true"
     padding = b"x" * spec.size
     interval_ns = round(1e9 / spec.rate) if spec.rate else 0
     result.started_ns = time.monotonic_ns()

@@ -18,7 +18,7 @@ import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sluiceway.errors import BadRequest, BrokerError, InternalError
 from sluiceway.server.session import SessionState, StompSession
@@ -97,7 +97,8 @@ class StompProtocol(asyncio.Protocol):
     # -- asyncio callbacks -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports implement asyncio.Transport without deriving from it.
+        transport = cast(asyncio.Transport, transport)
         self._transport = transport
         config = self._server.config
         peername = transport.get_extra_info("peername")
