@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Final
 
 
@@ -48,10 +49,10 @@ class DestinationName:
 
     kind: DestinationKind
     name: str
+    path: str = field(init=False, repr=False, compare=False)  # written on every MESSAGE: kept
 
-    @property
-    def path(self) -> str:
-        return f"/{self.kind.value}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", f"/{self.kind.value}/{self.name}")
 
     @property
     def is_system(self) -> bool:
@@ -61,6 +62,7 @@ class DestinationName:
         return self.path
 
 
+@lru_cache(maxsize=4096)  # every SEND names one; a few names carry most traffic
 def parse_destination(path: str) -> DestinationName:
     """Parse `/queue/NAME` or `/topic/NAME`; raise ValueError saying what is accepted."""
     for prefix, kind in PREFIXES.items():

@@ -355,3 +355,54 @@ def test_browser_walks_the_queue_and_ends_with_a_marker(broker: Broker) -> None:
     assert queue is not None
     assert queue.pending_count == 5  # nothing consumed
     assert queue.stats.msgs_out == 0
+
+
+def paced_consumers(broker: Broker, clock: FakeClock) -> tuple[Client, Client, Client]:
+    """A fair queue with a slow consumer (5 ms a message) and a fast one (1 ms), both measured,
+    then 1,000 more messages: (producer, slow, fast), with what each holds in `received`."""
+    producer, slow, fast = Client(broker), Client(broker), Client(broker)
+    slow.subscribe("/queue/work", limit=100)
+    fast.subscribe("/queue/work", limit=100)
+    for i in range(40):
+        producer.send("/queue/work", b"%d" % i)
+    slow.take()
+    fast.take()
+    for _ in range(5):
+        clock.advance(0.001)
+        fast.ack(fast.received.pop(0))
+    slow.ack(slow.received.pop(0))  # 5 ms after it was given its first messages
+    for i in range(40, 1040):
+        producer.send("/queue/work", b"%d" % i)
+    slow.take()
+    fast.take()
+    return producer, slow, fast
+
+
+def test_fair_policy_gives_a_slow_consumer_only_the_work_a_fast_one_holds(
+    make_broker: Callable[[Mapping[str, str]], Broker], clock: FakeClock
+) -> None:
+    broker = make_broker({"imq.autocreate.queue.dispatchPolicy": "fair"})
+    _, slow, fast = paced_consumers(broker, clock)
+    # The fast one uses up its window (the 15 it held and 80 of credit: 95 ms of work). The
+    # slow one holds what it works off in the time a full window of the fast one takes (100 ms:
+    # 20 messages), not a window of its own.
+    assert len(fast.received) == 95
+    assert 19 <= len(slow.received) <= 21
+
+
+def test_fair_policy_gives_a_paced_consumer_one_more_for_each_it_acknowledges(
+    make_broker: Callable[[Mapping[str, str]], Broker], clock: FakeClock
+) -> None:
+    broker = make_broker({"imq.autocreate.queue.dispatchPolicy": "fair"})
+    _, slow, _ = paced_consumers(broker, clock)
+    queue = broker.registry.get(parse_destination("/queue/work"))
+    assert isinstance(queue, Queue)
+    held, pending = len(slow.received), queue.pending_count
+    # Its window (100) has room, so only its pace held it back: each acknowledgement, 5 ms
+    # after the last, lets the next message in.
+    for _ in range(3):
+        clock.advance(0.005)
+        slow.ack(slow.received.pop(0))
+        slow.take()
+        assert len(slow.received) == held
+    assert queue.pending_count == pending - 3

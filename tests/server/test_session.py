@@ -118,3 +118,36 @@ def test_stomp_10_session_uses_message_id_acks(broker: Broker) -> None:
     consumer.feed("ACK", {"message-id": message.headers["message-id"], "receipt": "a"})
     (receipt,) = consumer.control()
     assert receipt.command == "RECEIPT"
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_message_headers_are_the_same_for_every_subscriber_and_version(
+    broker: Broker, version: str
+) -> None:
+    # A topic message is encoded once for all its subscribers in STOMP 1.2; what each receives
+    # must read as the general encoding does: broker headers first, the producer's own after
+    # (escaped), a producer's header that names a broker header left out.
+    producer = Peer(broker)
+    first, second = Peer(broker, version), Peer(broker, version)
+    first.feed("SUBSCRIBE", {"destination": "/topic/t", "id": "a:1", "ack": "client"})
+    second.feed("SUBSCRIBE", {"destination": "/topic/t", "id": "b", "ack": "auto"})
+    app = {"content-type": "text/plain", "note": "x:y\\z", "redelivered": "?", "sequence": "?"}
+    producer.feed("SEND", {"destination": "/topic/t", **app}, b"\0body")
+    (one,) = first.payload()
+    (two,) = second.payload()
+    for frame, sub_id in ((one, "a:1"), (two, "b")):
+        assert frame.command == "MESSAGE"
+        assert frame.body == b"\0body"
+        assert frame.headers["subscription"] == sub_id
+        assert frame.headers["destination"] == "/topic/t"
+        assert frame.headers["content-type"] == "text/plain"
+        assert frame.headers["note"] == "x:y\\z"
+        assert frame.headers["priority"] == "4"
+        assert frame.headers["sequence"].isdigit()
+        assert frame.headers["redelivered"] == "false"
+        assert frame.headers["delivery-count"] == "1"
+        assert frame.headers["content-length"] == "5"
+    assert one.headers["message-id"] == two.headers["message-id"]
+    if version == "1.2":
+        assert one.headers["ack"] == f"1/{one.headers['message-id']}"
+    assert "ack" not in two.headers

@@ -143,7 +143,9 @@ class DestinationSettings:
         DispatchPolicy.OPENMQ,
         "How a queue shares pending messages among ready consumers: openmq (the first ready "
         "consumer takes up to its window, as Open MQ does) or fair (each message to the ready "
-        "consumer with the fewest outstanding messages).",
+        "consumer that will be done soonest with what it holds, measured by its pace between "
+        "acknowledgements; a slow consumer is given fewer messages, so that no consumer idles "
+        "while another holds messages it has not started).",
         kinds=QUEUE_ONLY,
     )
 

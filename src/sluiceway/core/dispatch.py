@@ -5,8 +5,14 @@ Two policies (destination property `dispatchPolicy`, see `config.DispatchPolicy`
 - OPENMQ: consumers are served in the order they subscribed; a ready consumer takes up to its
   whole window from the head of the pending list before the next one is considered ("first come,
   first serve", as the Open MQ tuning guide describes it).
-- FAIR: each message goes to the ready consumer with the fewest outstanding messages; ties go to
-  the consumer after the last one served.
+- FAIR: each message goes to the ready consumer that will be done soonest with what it holds:
+  its outstanding messages times its pace (the time it takes per message, a moving average of
+  what the broker measures between its acknowledgements); ties go to the consumer with fewer
+  outstanding messages, then to the one after the last served. No consumer is given more work
+  than the shortest full window among them takes (a consumer's window times its pace), so a
+  slow consumer holds fewer messages than a fast one and all of them run out at about the same
+  time: none idles while another holds messages it has not started. A consumer whose pace is
+  not measured yet holds at most WARMUP messages while others' are.
 
 A consumer with a selector only takes messages its selector matches, wherever they are in the
 pending list; while any consumer of a queue has a selector, dispatch scans the list in delivery
@@ -65,10 +71,14 @@ def refill(queue: Queue, consumer: QueueSubscription) -> None:
         fill(queue, consumer)
 
 
+WARMUP = 16  # messages a consumer of unknown pace may hold while other consumers' are known
+
+
 def _dispatch_fair(queue: Queue) -> None:
     now = queue.clock.time_ms()
+    horizon = _horizon(queue)
     while queue.pending:
-        consumer = _least_loaded(queue, None)
+        consumer = _least_loaded(queue, None, horizon)
         if consumer is None:
             return
         message = _pop_live(queue, now)
@@ -77,25 +87,57 @@ def _dispatch_fair(queue: Queue) -> None:
         consumer.stage(message)
 
 
-def _least_loaded(queue: Queue, message: Message | None) -> QueueSubscription | None:
-    """The ready consumer (matching `message`, if given) with the fewest outstanding messages.
+def _horizon(queue: Queue) -> float | None:
+    """The most work (in seconds) a consumer may hold: the shortest full window among the
+    consumers whose pace is known; None while no pace is known."""
+    horizon = None
+    for consumer in queue.consumers:
+        if consumer.pace is not None and consumer.window.limit > 0:
+            full = consumer.window.limit * consumer.pace
+            if horizon is None or full < horizon:
+                horizon = full
+    return horizon
+
+
+def _least_loaded(
+    queue: Queue, message: Message | None, horizon: float | None
+) -> QueueSubscription | None:
+    """The ready consumer (matching `message`, if given) that would be done with its
+    outstanding messages soonest, within the `horizon` (see the module's FAIR).
 
     Starts looking after the last consumer served, so equal consumers take turns.
     """
     consumers = queue.consumers
     count = len(consumers)
     best: QueueSubscription | None = None
-    best_index = best_load = 0
+    best_index = 0
+    best_load = (0.0, 0)
     for offset in range(count):
         index = (queue.rotation + offset) % count
         consumer = consumers[index]
-        if consumer.ready() and (message is None or consumer.accepts(message)):
-            load = consumer.window.outstanding
-            if best is None or load < best_load:
-                best, best_index, best_load = consumer, index, load
+        if not _has_room(consumer, horizon) or (
+            message is not None and not consumer.accepts(message)
+        ):
+            continue
+        outstanding = consumer.window.outstanding
+        load = ((outstanding + 1) * (consumer.pace or 0.0), outstanding)
+        if best is None or load < best_load:
+            best, best_index, best_load = consumer, index, load
     if best is not None:
         queue.rotation = (best_index + 1) % count
     return best
+
+
+def _has_room(consumer: QueueSubscription, horizon: float | None) -> bool:
+    """Ready, and holding less work than the `horizon` allows (FAIR)."""
+    if not consumer.ready():
+        return False
+    if horizon is None:
+        return True
+    outstanding, pace = consumer.window.outstanding, consumer.pace
+    if pace is None:
+        return outstanding < WARMUP
+    return outstanding * pace < horizon  # one more while what it holds is within the horizon
 
 
 def _first_ready(queue: Queue, message: Message) -> QueueSubscription | None:
@@ -108,18 +150,22 @@ def _first_ready(queue: Queue, message: Message) -> QueueSubscription | None:
 def _dispatch_scan(queue: Queue) -> None:
     now = queue.clock.time_ms()
     pick = _first_ready if queue.settings.dispatch_policy is DispatchPolicy.OPENMQ else None
+    horizon = _horizon(queue) if pick is None else None
 
     def choose(message: Message) -> bool:
         if message.expires and message.expired(now):
             queue.expired(message)
             return True
-        consumer = pick(queue, message) if pick is not None else _least_loaded(queue, message)
+        if pick is not None:
+            consumer = pick(queue, message)
+        else:
+            consumer = _least_loaded(queue, message, horizon)
         if consumer is None:
             return False
         consumer.stage(message)
         return True
 
     def nobody_ready() -> bool:
-        return not any(consumer.ready() for consumer in queue.consumers)
+        return not any(_has_room(consumer, horizon) for consumer in queue.consumers)
 
     queue.pending.extract(choose, nobody_ready)

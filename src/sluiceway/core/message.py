@@ -35,6 +35,9 @@ class Message:
     location: int = 0
     marks: list[int] | None = None
     dead: bool = False  # a copy went to the dead message queue (a topic's copies share it)
+    # The parts of its MESSAGE frame that are the same for every subscriber, encoded once by the
+    # server for a topic's fan-out (server.render); None until then.
+    wire: tuple[str, bytes] | None = None
 
     @property
     def size(self) -> int:

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+from sluiceway.config import DispatchPolicy
 from sluiceway.core.destination import Destination, Queue, Topic
 from sluiceway.core.flow import (
     UNLIMITED_STAGING,
@@ -154,7 +155,11 @@ class Subscription:
             self.forget(message)
             self.destination.consumed(message)
             count += 1
+        self.timed(count)
         self.release(count)
+
+    def timed(self, count: int) -> None:
+        """`count` messages were just consumed (before the window releases them)."""
 
     def give_back(self, messages: list[Message], *, delivered: bool) -> None:
         """Return `messages` to the destination (NACK, abort, disconnect, reclaim)."""
@@ -245,15 +250,50 @@ class Subscription:
         """`message` was written and awaits acknowledgement (the store may want to know)."""
 
 
+PACE_WEIGHT = 0.2  # of each new sample in a consumer's moving average of time per message
+
+
 class QueueSubscription(Subscription):
     """A consumer of a queue: the queue's shared pending list feeds it."""
 
-    __slots__ = ("backup", "queue")
+    __slots__ = ("backup", "busy_since", "pace", "queue")
 
     def _setup(self) -> None:
         assert isinstance(self.destination, Queue)
         self.queue = self.destination
         self.backup = False  # beyond maxNumActiveConsumers: receives nothing until promoted
+        # Under the `fair` policy (core.dispatch): seconds per message this consumer takes, a
+        # moving average measured while it has messages outstanding; None until measured.
+        self.pace: float | None = None
+        self.busy_since: float | None = None  # monotonic time of its last consumption or start
+
+    def timed(self, count: int) -> None:
+        if self.queue.settings.dispatch_policy is not DispatchPolicy.FAIR or not count:
+            return
+        now = self.connection.clock.monotonic()
+        if self.busy_since is not None:
+            sample = (now - self.busy_since) / count
+            pace = self.pace
+            self.pace = sample if pace is None else pace + PACE_WEIGHT * (sample - pace)
+        # Idle once it holds nothing more: the wait for its next message is not its pace.
+        self.busy_since = now if self.window.outstanding > count else None
+
+    def release(self, count: int) -> None:
+        super().release(count)
+        if (
+            count
+            and self.active
+            and self.queue.pending
+            and self.queue.settings.dispatch_policy is DispatchPolicy.FAIR
+        ):
+            # The policy may have held messages back from this consumer before its window was
+            # used up (core.dispatch): each consumption makes room for more.
+            self.refill()
+
+    def stage(self, message: Message) -> None:
+        if self.busy_since is None and self.queue.settings.dispatch_policy is DispatchPolicy.FAIR:
+            self.busy_since = self.connection.clock.monotonic()
+        super().stage(message)
 
     def ready(self) -> bool:
         return not self.backup and super().ready()

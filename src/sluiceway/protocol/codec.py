@@ -220,12 +220,65 @@ class FrameDecoder:
             if buf[pos + 1] == _LF:
                 self._pos = pos + 2
                 return HEARTBEAT
+        frame = self._read_whole(pos)
+        if frame is not None:
+            return frame
         self._state = _HEAD
         self._frame_start = self._scan = pos
         self._command = None
         self._headers = {}
         self._header_count = 0
         return self._read_head()
+
+    def _read_whole(self, pos: int) -> Frame | None:
+        """The frame starting at `pos` in one step, when it has arrived whole and is plain: LF
+        line ends, no backslash, within every limit. None sends it (and any error it holds) the
+        line-by-line way, which reports exactly what is wrong."""
+        buf = self._buf
+        blank = buf.find(b"\n\n", pos, pos + self._max_frame_size)
+        if blank < 0:
+            return None
+        head = self._plain_head(buf[pos:blank])
+        if head is None:
+            return None
+        command, headers = head
+        start = blank + 2
+        limit = pos + self._max_frame_size
+        raw_length = headers.get("content-length")
+        if raw_length is None:
+            end = buf.find(b"\0", start, limit)
+        elif raw_length.isascii() and raw_length.isdigit() and len(raw_length) <= 12:
+            end = start + int(raw_length)
+            if end >= min(len(buf), limit) or buf[end] != _NUL:
+                end = -1
+        else:
+            end = -1
+        if end < 0:
+            return None
+        self._pos = end + 1
+        return Frame(command, headers, bytes(buf[start:end]))
+
+    def _plain_head(self, head: bytearray) -> tuple[str, dict[str, str]] | None:
+        """Command and headers of a head needing no unescaping and within the limits."""
+        if b"\r" in head or b"\\" in head:
+            return None
+        longest = self._max_header_length
+        if len(head) > longest and max(map(len, head.split(b"\n"))) > longest:
+            return None
+        try:
+            command, *lines = head.decode().split("\n")
+        except UnicodeDecodeError:
+            return None
+        if len(lines) > self._max_header_count or not (command.isalpha() and command.isupper()):
+            return None
+        headers: dict[str, str] = {}
+        for line in lines:
+            name, colon, value = line.partition(":")
+            if not (colon and name):
+                return None
+            if name not in headers:  # STOMP 1.2, "Repeated Header Entries": the first counts
+                headers[name] = value
+        return command, headers
 
     def _read_head(self) -> Frame | None:
         """Parse the command line and header lines, as far as the buffered lines go."""
@@ -498,6 +551,17 @@ def _header_lines(command: str, headers: dict[str, str], version: StompVersion |
     elif _has_special(names, _SPECIAL) or _has_special(values, _SPECIAL):
         return _escaped_lines(command, headers, version)
     return "\n".join(map(":".join, headers.items())) + "\n"
+
+
+def header_lines(command: str, headers: dict[str, str], version: StompVersion | None) -> str:
+    """The header lines of a `command` frame, each ending in LF, as `encode_frame` writes them:
+    for callers that assemble a frame from parts encoded once and reused."""
+    return _header_lines(command, headers, version)
+
+
+def escape_value(text: str) -> str:
+    """`text` escaped as a STOMP 1.2 header name or value (of a frame that is escaped)."""
+    return _escape_1_2(text) if _has_special(text, _SPECIAL) else text
 
 
 def _content_length_line(frame: Frame) -> str:

@@ -9,10 +9,13 @@ and `content-length`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
+from sluiceway.core.message import Message
 from sluiceway.core.subscription import AckMode, Delivery
 from sluiceway.errors import BrokerError
-from sluiceway.protocol.codec import encode_frame
+from sluiceway.naming import DestinationKind
+from sluiceway.protocol.codec import encode_frame, escape_value, header_lines
 from sluiceway.protocol.frames import Frame, StompVersion
 
 ACK_SEPARATOR = "/"  # ack id = "<subscription number>/<message id>": needs no escaping
@@ -34,7 +37,68 @@ def parse_ack_id(text: str) -> tuple[int, str] | None:
     return int(number), message_id
 
 
+# The broker's own MESSAGE headers: a producer's header of the same name is left out.
+_BROKER_NAMES: Final = frozenset(
+    ("subscription", "message-id", "destination", "ack", "redelivered", "delivery-count",
+     "priority", "persistent", "expires", "timestamp", "sequence", "content-length")
+)  # fmt: skip
+
+
 def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
+    """The MESSAGE for `delivery`. In STOMP 1.2 the headers that are the same for every
+    delivery of the message are encoded once (and kept on a topic's message for its other
+    subscribers); only the subscription's and delivery's own are encoded per frame."""
+    if version is not StompVersion.V1_2:
+        return _message_frame(delivery, version)
+    message = delivery.message
+    wire = message.wire or _message_wire(message)
+    if wire is None:
+        return _message_frame(delivery, version)
+    message_id, tail = wire
+    subscription = delivery.subscription
+    count = delivery.delivery_count
+    ack = ""
+    if subscription.ack_mode is not AckMode.AUTO:
+        ack = f"ack:{subscription.number}{ACK_SEPARATOR}{message_id}\n"
+    head = (
+        f"MESSAGE\nsubscription:{escape_value(subscription.id)}\nmessage-id:{message_id}\n"
+        f"{ack}redelivered:{'true' if count > 1 else 'false'}\ndelivery-count:{count}\n"
+    )
+    try:
+        encoded = head.encode()
+    except UnicodeEncodeError:
+        return _message_frame(delivery, version)  # which names the header it cannot send
+    return b"".join((encoded, tail, message.body, b"\0"))
+
+
+def _message_wire(message: Message) -> tuple[str, bytes] | None:
+    """The escaped message id and the encoded headers after the per-delivery ones, up to the
+    blank line; None when only the general encoding can render the message faithfully."""
+    if any(name == "ack" for name, _ in message.headers):
+        return None  # a producer's `ack` shows on ack:auto subscriptions only: not constant
+    headers = {
+        "destination": message.destination.path,
+        "priority": str(message.priority),
+        "persistent": "true" if message.persistent else "false",
+        "expires": str(message.expires),
+        "timestamp": str(message.timestamp),
+        "sequence": str(message.seq),
+    }
+    for name, value in message.headers:
+        if name not in _BROKER_NAMES:
+            headers.setdefault(name, value)
+    headers["content-length"] = str(len(message.body))
+    try:
+        tail = (header_lines("MESSAGE", headers, StompVersion.V1_2) + "\n").encode()
+    except UnicodeEncodeError:
+        return None
+    wire = (escape_value(message.id), tail)
+    if message.destination.kind is DestinationKind.TOPIC:
+        message.wire = wire  # every subscriber gets the same
+    return wire
+
+
+def _message_frame(delivery: Delivery, version: StompVersion) -> bytes:
     subscription = delivery.subscription
     message = delivery.message
     headers = {
