@@ -63,6 +63,7 @@ class Scenario:
     properties: tuple[str, ...] = ()  # broker properties for Sluiceway's run (-D NAME=VALUE)
     brokers: tuple[str, ...] = ("sluiceway", *PEERS)
     target: str = ""
+    peers_from: str = ""  # for a Sluiceway-only variant: the scenario whose peers it is held to
 
 
 RECEIVED = Figure("received/s", "received_per_second")
@@ -70,11 +71,22 @@ SENT = Figure("sent/s", "sent_per_second")
 FINISH = Figure("finished after (s)", "finish_seconds", higher_is_better=False)
 IDLE = Figure("most idle consumer (s)", "max_idle_seconds", higher_is_better=False)
 QUEUE_ACKS = ("--ack", "client-individual", "--prefetch", "1000")
-FAIRNESS = ("fairness", "--delays", "5,1,1,1", "--messages", "8000")
 # Sluiceway's auto-created queues hold at most 100,000 messages (Open MQ's default); the backlog
 # scenario asks for a million, so its queue is given no message limit. Memory is left to the
 # defaults: beyond the swap point messages go to disk.
 UNLIMITED = ("imq.autocreate.destination.maxNumMsgs=-1",)
+
+
+def fairness(key: str, title: str, prefetch: int, **options: Any) -> Scenario:
+    """4 consumers taking 5, 1, 1 and 1 ms per message: when is the work done, who idled."""
+    return Scenario(
+        key,
+        f"4 consumers sleeping 5, 1, 1, 1 ms per message, {title}",
+        ("fairness", "--delays", "5,1,1,1", "--messages", "8000", "--prefetch", str(prefetch)),
+        (FINISH, IDLE, RECEIVED),
+        **options,
+    )
+
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
@@ -132,28 +144,17 @@ SCENARIOS: tuple[Scenario, ...] = (
         properties=UNLIMITED,
         target="RSS < 200 MB, rates >= best peer",
     ),
-    Scenario(
-        "fairness",
-        "4 consumers sleeping 5, 1, 1, 1 ms per message, prefetch 1000, default dispatch",
-        (*FAIRNESS, "--prefetch", "1000"),
-        (FINISH, IDLE, RECEIVED),
-        target="no idling",
-    ),
-    Scenario(
+    fairness("fairness", "prefetch 1000, default dispatch", 1000, target="no idling"),
+    fairness(
         "fairness-fair",
-        "same, Sluiceway's `fair` dispatch",
-        (*FAIRNESS, "--prefetch", "1000"),
-        (FINISH, IDLE, RECEIVED),
+        "prefetch 1000, Sluiceway's `fair` dispatch",
+        1000,
         properties=("imq.autocreate.queue.dispatchPolicy=fair",),
         brokers=("sluiceway",),
+        peers_from="fairness",
         target="finish <= prefetch 1",
     ),
-    Scenario(
-        "fairness-1",
-        "same, prefetch 1, default dispatch",
-        (*FAIRNESS, "--prefetch", "1"),
-        (FINISH, IDLE, RECEIVED),
-    ),
+    fairness("fairness-1", "prefetch 1, default dispatch", 1),
 )
 
 
@@ -313,7 +314,11 @@ def ratio(value: float, best: float, higher_is_better: bool) -> float:
 
 def peer_ratio(m: Measurement, others: list[Measurement], figure: Figure) -> float | None:
     """`m`'s figure as a ratio to the best peer's in the same run, if a peer has it."""
-    peers = [p.figures[figure.key] for p in others if p.run == m.run and p.broker in PEERS]
+    peers = [
+        p.figures[figure.key]
+        for p in others
+        if p.run == m.run and p.broker in PEERS and not p.error and figure.key in p.figures
+    ]
     if not peers:
         return None
     best = max(peers) if figure.higher_is_better else min(peers)
@@ -323,6 +328,7 @@ def peer_ratio(m: Measurement, others: list[Measurement], figure: Figure) -> flo
 def summarise(scenario: Scenario, measurements: list[Measurement]) -> list[str]:
     """The table rows of `scenario`: per figure, each broker's median and median ratio."""
     mine = [m for m in measurements if m.scenario == scenario.key and not m.error]
+    peers = [m for m in measurements if m.scenario == scenario.peers_from and not m.error]
     rows = []
     for figure in scenario.figures:
         cells = []
@@ -332,7 +338,7 @@ def summarise(scenario: Scenario, measurements: list[Measurement]) -> list[str]:
                 cells.append("n/a" if name not in scenario.brokers else "failed")
                 continue
             median = statistics.median(m.figures[figure.key] for m in runs)
-            ratios = [r for m in runs if (r := peer_ratio(m, mine, figure)) is not None]
+            ratios = [r for m in runs if (r := peer_ratio(m, mine + peers, figure)) is not None]
             shown = f"{median:,.0f}" if median >= 100 else f"{median:.2f}"
             cells.append(shown + (f" ({statistics.median(ratios):.2f}x)" if ratios else ""))
         target = scenario.target if figure is scenario.figures[0] else ""
@@ -351,6 +357,17 @@ def table(measurements: list[Measurement], runs: int) -> str:
     ]
     for scenario in SCENARIOS:
         lines += summarise(scenario, measurements)
+    lines += [
+        "",
+        "The scenarios' command lines (each broker also gets `--port`, `--login`, "
+        "`--passcode` and `--broker-pid`; `-D` are Sluiceway's broker properties):",
+        "",
+    ]
+    for scenario in SCENARIOS:
+        properties = "".join(f" -D {p}" for p in scenario.properties)
+        only = "" if scenario.brokers != ("sluiceway",) else " (Sluiceway only)"
+        lines.append(f"- `{scenario.key}`{only}: `sluiceway bench {' '.join(scenario.bench)}`"
+                     + (f"; broker{properties}" if properties else ""))  # fmt: skip
     if failed:
         lines += ["", "Runs that failed or lost messages (left out of the medians):", ""]
         lines += [f"- run {m.run}, {m.scenario}, {m.broker}: {m.error[:300]}" for m in failed]

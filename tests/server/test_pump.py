@@ -12,10 +12,12 @@ from typing import Any
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.core.flow import ConnectionFlow
+from sluiceway.core.message import Message
+from sluiceway.core.store import MemoryStore
 from sluiceway.naming import parse_destination
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.server.connection import UNMETERED_TURN, StompProtocol
+from sluiceway.server.connection import MAX_WAITING_CONTROL, UNMETERED_TURN, StompProtocol
 from sluiceway.server.stomp_server import StompServer
 
 
@@ -136,3 +138,51 @@ async def test_no_messages_are_written_above_the_high_water_mark() -> None:
     for _ in range(3):
         await asyncio.sleep(0)
     assert len(harness.output()) == 30
+
+
+class StalledStore(MemoryStore):
+    """Every persistent message is a record; records become durable only when the test says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = 0
+        self.synced = 0
+
+    def added(self, message: Message) -> None:
+        super().added(message)
+        self.last += 1
+
+    @property
+    def last_lsn(self) -> int:
+        return self.last
+
+    @property
+    def synced_lsn(self) -> int:
+        return self.synced
+
+
+async def test_reading_stops_while_too_many_receipts_wait_for_the_journal() -> None:
+    store = StalledStore()
+    broker = Broker(BrokerConfig(), store=store)
+    server = StompServer(broker)
+    protocol = StompProtocol(server)
+    transport = MemoryTransport()
+    protocol.connection_made(transport)
+    protocol.data_received(encode_frame(Frame("CONNECT", {"accept-version": "1.2"})))
+    transport.written.clear()
+    sends = b"".join(
+        encode_frame(
+            Frame("SEND", {"destination": "/queue/q", "persistent": "true", "receipt": str(i)}),
+            StompVersion.V1_2,
+        )
+        for i in range(MAX_WAITING_CONTROL + 10)
+    )
+    protocol.data_received(sends)
+    # Every RECEIPT waits for the sync, and there are too many of them: reading stops.
+    assert not transport.written
+    assert not transport.reading
+    assert protocol.info().reading_paused
+    store.synced = store.last
+    server.synced()
+    assert transport.written.count(b"RECEIPT") == MAX_WAITING_CONTROL + 10
+    assert transport.reading

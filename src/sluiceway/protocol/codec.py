@@ -256,7 +256,9 @@ class FrameDecoder:
         if end < 0:
             return None
         self._pos = end + 1
-        return Frame(command, headers, bytes(buf[start:end]))
+        with memoryview(buf) as view:  # one copy, not two
+            body = view[start:end].tobytes()
+        return Frame(command, headers, body)
 
     def _plain_head(self, head: bytearray) -> tuple[str, dict[str, str]] | None:
         """Command and headers of a head needing no unescaping and within the limits."""

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 UNMETERED_TURN = 256  # with connection-flow-count 0, still yield to other connections this often
 WRITE_CHUNK = 32  # frames taken per write, so the high-water mark is noticed within a chunk
+# Control frames (RECEIPTs) that may wait for the journal to sync before reading stops; reading
+# goes on once half of them are written. Beyond this a slow disk paces the client, not memory.
+MAX_WAITING_CONTROL = 4096
 CLOSE_LINGER_S = 5.0  # after an ERROR, how long a client that does not read may keep the socket
 
 
@@ -88,6 +91,7 @@ class StompProtocol(asyncio.Protocol):
         self._writing_paused = False
         self._reading_paused = False
         self._hold_paused = False  # not reading: this connection holds as many SENDs as it may
+        self._sync_paused = False  # not reading: MAX_WAITING_CONTROL frames wait for a sync
         self._control_scheduled = False
         self._closed = False
         self._last_read = self._last_write = self._loop.time()
@@ -161,8 +165,20 @@ class StompProtocol(asyncio.Protocol):
                 transport.pause_reading()
         elif self._hold_paused:
             self._hold_paused = False
-            if not self._reading_paused:
-                transport.resume_reading()
+            self._resume_reading()
+
+    @property
+    def _not_reading(self) -> bool:
+        """Reading stopped by choice (any of the three reasons)."""
+        return self._reading_paused or self._hold_paused or self._sync_paused
+
+    def _resume_reading(self) -> None:
+        """Read again, unless another reason to stop still holds."""
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        if not self._not_reading:
+            transport.resume_reading()
 
     def _schedule_control(self) -> None:
         if not self._control_scheduled and not self._closed:
@@ -190,10 +206,9 @@ class StompProtocol(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        if self._reading_paused and self._transport is not None and not self._closed:
+        if self._reading_paused:
             self._reading_paused = False
-            if not self._hold_paused:
-                self._transport.resume_reading()
+            self._resume_reading()
         if self.session is not None:
             self.session.set_writable(True)
             self._schedule_pump()
@@ -231,6 +246,7 @@ class StompProtocol(asyncio.Protocol):
         data = self.session.data_to_send(self._server.broker.store.synced_lsn)
         if self.session.waiting_for_sync:
             self._server.wait_for_sync(self)
+        self._pace_by_sync()
         if data:
             self._write(data)
             # Control frames are never held back; only a client that does not read them at all
@@ -243,6 +259,20 @@ class StompProtocol(asyncio.Protocol):
             ):
                 self._reading_paused = True
                 transport.pause_reading()
+
+    def _pace_by_sync(self) -> None:
+        """Stop reading while MAX_WAITING_CONTROL frames wait for the journal; go on at half."""
+        assert self.session is not None
+        waiting = self.session.control_waiting
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        if waiting >= MAX_WAITING_CONTROL and not self._sync_paused:
+            self._sync_paused = True
+            transport.pause_reading()
+        elif self._sync_paused and waiting <= MAX_WAITING_CONTROL // 2:
+            self._sync_paused = False
+            self._resume_reading()
 
     def _schedule_pump(self) -> None:
         if not self._pump_scheduled and not self._closed:
@@ -334,7 +364,7 @@ class StompProtocol(asyncio.Protocol):
         assert self.session is not None
         interval = self.session.heartbeat.receive_ms / 1000
         limit = interval * self._server.config.heartbeat_grace
-        if self._hold_paused or self._reading_paused:
+        if self._not_reading:
             self._last_read = self._loop.time()  # not reading by choice: the peer is not silent
         silent = self._loop.time() - self._last_read
         if silent > limit:
@@ -363,7 +393,7 @@ class StompProtocol(asyncio.Protocol):
             outstanding=core.outstanding if core is not None else 0,
             write_buffer=transport.get_write_buffer_size() if transport is not None else 0,
             writing_paused=self._writing_paused,
-            reading_paused=self._reading_paused or self._hold_paused,
+            reading_paused=self._not_reading,
             held_sends=len(core.held) if core is not None else 0,
             held_reason=str(core.held.head().reason) if core is not None and core.held else None,
             tcp_nodelay=bool(_sockopt(sock, socket.IPPROTO_TCP, socket.TCP_NODELAY)),

@@ -216,6 +216,11 @@ class StompSession:
         """Control frames are held until the journal syncs."""
         return bool(self._control)
 
+    @property
+    def control_waiting(self) -> int:
+        """How many control frames wait (for the journal to sync, or to be written)."""
+        return len(self._control)
+
     def _queue(self, data: bytes, lsn: int = 0) -> None:
         self.frames_out += 1
         self._control.append((lsn, data))
