@@ -11,7 +11,7 @@ resident memory every 50 ms, and runs a pipelined producer (every SEND with a re
   The producer is held once 10,000 wait; when it has made no progress for 2 s a consumer starts,
   and the producer goes on as the consumer makes room, until all are delivered.
 - `swapped`: no message limit and throttling off: the whole backlog is accepted; from the YELLOW
-  memory level (80 % of imq.memory.budget, 256 MiB) new messages go to the swap area on disk.
+  memory level (80 % of imq.memory.budget) new messages go to the swap area on disk.
 
 For each: messages accepted and refused (as the producer heard), delivered afterwards (in
 order), and the broker's peak RSS while filling and while draining. Prints a table and writes

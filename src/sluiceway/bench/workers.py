@@ -26,7 +26,7 @@ from sluiceway.protocol.frames import Frame
 # Prefetch (how many unacknowledged messages the broker may send one subscription), under each
 # broker's spelling: ActiveMQ Classic, RabbitMQ, Sluiceway (Open MQ's imqConsumerFlowLimit).
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count", "consumer-flow-limit")
-POLL_SECONDS = 0.1  # how often a waiting consumer looks at the stop event
+POLL_SECONDS = 0.1  # how often a waiting consumer or producer looks at the stop event
 STOP_GRACE_SECONDS = 1.0  # at most this long reading on after the stop event
 PUBLISH_EVERY = 64  # messages between updates of the shared counters (they cost a lock-free write)
 WRITE_BUFFER_HIGH = 1 << 20  # bytes queued in the socket before a producer waits for it to drain
@@ -164,16 +164,40 @@ async def _produce(spec: ProducerSpec, shared: Shared, slot: int, result: Produc
     reader = asyncio.create_task(read_answers())
     shared.ready[slot] = 1
     await asyncio.get_running_loop().run_in_executor(None, shared.go.wait)
-    await _send_all(
-        spec, stream=stream, shared=shared, credit=credit, finished=finished, result=result
-    )
-    if not finished.is_set():
-        # DISCONNECT with a receipt: the broker answers once it has handled every frame before
-        # it, so the end of the run is when the broker has the last message, not when it left.
-        stream.send(Frame("DISCONNECT", {"receipt": "bye"}))
-    await reader
+
+    async def send_and_leave() -> None:
+        await _send_all(
+            spec, stream=stream, shared=shared, credit=credit, finished=finished, result=result
+        )
+        if not finished.is_set():
+            # DISCONNECT with a receipt: the broker answers once it has handled every frame
+            # before it, so the run ends when the broker has the last message, not when it left.
+            stream.send(Frame("DISCONNECT", {"receipt": "bye"}))
+        await reader
+
+    work = asyncio.create_task(send_and_leave())
+    stopped = asyncio.create_task(_stopped(shared))
+    await asyncio.wait((work, stopped), return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not work.done():
+        # The run ended without this producer: the broker stopped taking its messages (a
+        # producer held by flow control), or stopped answering. Say so rather than vanish.
+        work.cancel()
+        reader.cancel()
+        result.error = result.error or (
+            f"stopped after {result.sent:,} sends: the broker took no more messages or "
+            "receipts from this producer for --timeout seconds (held by flow control?)"
+        )
+        stream.writer.transport.abort()
+        return
     result.finished_ns = time.monotonic_ns()
     await stream.close()
+
+
+async def _stopped(shared: Shared) -> None:
+    """Returns once the parent ends the run (a polled multiprocessing Event: no thread)."""
+    while not shared.stop.is_set():
+        await asyncio.sleep(POLL_SECONDS)
 
 
 async def _send_all(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -130,6 +131,7 @@ async def _serve(config: BrokerConfig, storage: Storage) -> None:
     services = Services(broker)
     storage.notifier.attach(asyncio.get_running_loop(), services.synced)
     await services.start()
+    tune_collector()
     log.info("Sluiceway %s ready: %s", __version__, services.ready_line())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -139,6 +141,26 @@ async def _serve(config: BrokerConfig, storage: Storage) -> None:
     log.info("shutting down: closing %d connections", services.connection_count)
     await services.stop()
     log.info("stopped")
+
+
+# Allocations between two collections of the youngest generation (CPython's default: 700).
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def tune_collector() -> None:
+    """Keep Python's cycle collector off the hot path of a running broker.
+
+    What is loaded and built by the time the broker is ready (modules, configuration, recovered
+    state) lives as long as the process: `gc.freeze` moves it out of the collector's view, so
+    the oldest generation's collections do not walk it again and again. Per-message objects die
+    young and form no cycles (their references are released, not collected), so the youngest
+    generation is collected after 20,000 allocations rather than 700: at tens of thousands of
+    messages a second, hundreds fewer collections, and fewer pauses in the latency tail.
+    """
+    gc.collect()
+    gc.freeze()
+    _, middle, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, oldest)
 
 
 if __name__ == "__main__":

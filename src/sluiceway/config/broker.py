@@ -257,10 +257,12 @@ class BrokerConfig(ServiceConfig):
     memory_budget: int = prop(
         "imq.memory.budget",
         size_parser(),
-        256 * 1024 * 1024,
+        160 * 1024 * 1024,
         "Memory the broker may use for messages and buffers, as its own ledger counts them "
         "(queued, being delivered, held, and bytes waiting to be written). The memory levels "
-        "are percentages of it.",
+        "are percentages of it. The default keeps the whole broker under about 200 MB of "
+        "resident memory whatever the backlog: from the YELLOW level on, queued messages go "
+        "to disk.",
     )
     yellow_threshold: int = prop(
         "imq.yellow.threshold",

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 UNMETERED_TURN = 256  # with connection-flow-count 0, still yield to other connections this often
-WRITE_CHUNK = 32  # frames taken per write, so the high-water mark is noticed within a chunk
+WRITE_CHUNK = 32  # frames taken at a time, so the high-water mark is noticed within a chunk
 # Control frames (RECEIPTs) that may wait for the journal to sync before reading stops; reading
 # goes on once half of them are written. Beyond this a slow disk paces the client, not memory.
 MAX_WAITING_CONTROL = 4096
@@ -294,12 +294,23 @@ class StompProtocol(asyncio.Protocol):
         self._flush_control()
         turn = session.flow.count or UNMETERED_TURN
         written = 0
+        # The turn's frames go out in one write (one system call), taken a chunk at a time until
+        # they fill the write buffer to its high-water mark, as chunk-by-chunk writes would.
+        transport = self._transport
+        assert transport is not None
+        room = self._server.config.write_high_water - transport.get_write_buffer_size()
+        chunks: list[bytes] = []
         while written < turn and not self._writing_paused:
             data, count = session.take_payload(min(WRITE_CHUNK, turn - written))
             if not count:
                 break
-            self._write(data)
+            chunks.append(data)
+            room -= len(data)
             written += count
+            if room < 0:
+                break  # the write takes the buffer past its high-water mark: writing pauses
+        if chunks:
+            self._write(b"".join(chunks))
         if written:
             self._server.broker.settle()  # auto-acknowledged messages made room
         if session.has_payload and not self._writing_paused:
