@@ -22,7 +22,12 @@ pytestmark = pytest.mark.timeout(60)
 def broker() -> Iterator[BrokerProcess]:
     # A queue that holds at most 50 messages and refuses the rest (REJECT_NEWEST, the default):
     # the way to lose messages for real when no receipt is asked.
-    with BrokerProcess("-D", "imq.destination.queue.small.maxNumMsgs=50") as process:
+    # And one that holds its producers once 50 wait (FLOW_CONTROL): a producer the broker stops.
+    with BrokerProcess(
+        "-D", "imq.destination.queue.small.maxNumMsgs=50",
+        "-D", "imq.destination.queue.held.maxNumMsgs=50",
+        "-D", "imq.destination.queue.held.limitBehavior=FLOW_CONTROL",
+    ) as process:  # fmt: skip
         yield process
 
 
@@ -131,6 +136,21 @@ def test_refusals_heard_by_the_producer_are_not_losses(
     assert status == 0
     assert (result["sent"], result["refused"], result["received"]) == (300, 250, 50)
     assert result["missing"] == 0
+
+
+def test_a_producer_the_broker_stops_taking_from_is_reported(
+    broker: BrokerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No consumer while filling: the broker holds the producer after 50 messages, for good.
+    status, result = bench(
+        broker, tmp_path, "backlog", "--messages", "5000", "--destination", "/queue/held"
+    )
+    assert status == 1
+    assert result["timed_out"]
+    assert 50 <= result["sent"] <= 5000  # written to the socket; the broker took 50
+    (error,) = result["errors"]
+    assert error.startswith("producer 0: stopped after ")
+    assert "took no more messages" in capsys.readouterr().err
 
 
 def test_usage_errors_exit_2(broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
