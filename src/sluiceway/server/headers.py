@@ -10,7 +10,7 @@ count of messages), `consumer-flow-threshold` (imqConsumerFlowThreshold, percent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from sluiceway.core.flow import (
     DEFAULT_CONNECTION_FLOW_COUNT,
@@ -204,9 +204,8 @@ def flow_request(frame: Frame) -> FlowRequest:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class SendRequest:
-    """A SEND frame, read."""
+class SendRequest(NamedTuple):
+    """A SEND frame, read (a named tuple: one is made per SEND, and tuples are made fastest)."""
 
     destination: DestinationName
     priority: int
