@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from sluiceway.core.broker import Broker
 from sluiceway.core.connection import CoreConnection
 from sluiceway.core.flow import ConnectionFlow
 from sluiceway.core.holding import HeldSend
-from sluiceway.core.message import DEFAULT_PRIORITY
+from sluiceway.core.message import DEFAULT_PRIORITY, Message
 from sluiceway.core.subscription import AckMode, Delivery, Subscription
 from sluiceway.errors import BrokerError
 from sluiceway.naming import parse_destination
@@ -103,3 +105,13 @@ class Client:
 
 def bodies(deliveries: list[Delivery]) -> list[bytes]:
     return [d.message.body for d in deliveries]
+
+
+def message_fields(message: Message) -> tuple[object, ...]:
+    """What the message is, not how the broker holds it at the moment (its encoded MESSAGE
+    headers, how many lists hold it in memory)."""
+    return tuple(
+        getattr(message, f.name)
+        for f in dataclasses.fields(message)
+        if f.name not in ("wire", "resident")
+    )

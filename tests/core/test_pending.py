@@ -7,7 +7,6 @@ small, so spilled chunks are cut at CHUNK_MESSAGES messages unless a test says o
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import itertools
 import random
 import shutil
@@ -39,6 +38,7 @@ from sluiceway.core.pending import (
 )
 from sluiceway.naming import DestinationKind, DestinationName
 from sluiceway.store.swap import SwapArea
+from tests.core.helpers import message_fields as fields
 from tests.core.swapping import SEGMENT_SIZE, assert_swap_empty
 
 QUEUE: Final = DestinationName(DestinationKind.QUEUE, "q")
@@ -78,10 +78,6 @@ def order_key(message: Message) -> tuple[int, int]:
 
 def seqs(messages: Iterable[Message]) -> list[int]:
     return [m.seq for m in messages]
-
-
-def fields(message: Message) -> tuple[object, ...]:
-    return tuple(getattr(message, f.name) for f in dataclasses.fields(message))
 
 
 def head_threshold(count: int) -> int:
@@ -935,3 +931,23 @@ def test_pending_list_against_model(tmp_path: Path) -> None:
             phases=[Phase.explicit, Phase.reuse, Phase.generate],
         ),
     )
+
+
+def test_a_message_shared_by_several_lists_is_counted_once() -> None:
+    # A topic's message sits in each subscriber's list with one body: the ledger (which decides
+    # when to swap) counts its memory once, until the last list lets it go.
+    ledger = MemoryLedger()
+    lists = [PendingList(ledger) for _ in range(4)]
+    messages = [make(seq) for seq in range(1, 11)]
+    for message in messages:
+        for pending in lists:
+            pending.append(message)
+    cost = sum(message_cost(len(m.body)) for m in messages)
+    assert ledger.used == cost
+    for pending in lists[:3]:
+        assert seqs(drain(pending)) == list(range(1, 11))
+        assert ledger.used == cost
+    lists[3].pop()
+    assert ledger.used == cost - message_cost(len(messages[0].body))
+    lists[3].clear()
+    assert ledger.used == 0

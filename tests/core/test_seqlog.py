@@ -8,7 +8,6 @@ first 10 in memory, three full spilled chunks, then 40 in the chunk being filled
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import random
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +21,7 @@ from sluiceway.core.pending import CHUNK_BYTES, CHUNK_MESSAGES
 from sluiceway.core.seqlog import SeqLog
 from sluiceway.naming import DestinationKind, DestinationName
 from sluiceway.store.swap import SwapArea
+from tests.core.helpers import message_fields as fields
 from tests.core.swapping import assert_swap_empty
 
 TOPIC: Final = DestinationName(DestinationKind.TOPIC, "t")
@@ -55,10 +55,6 @@ def make(seq: int, body: bytes | None = None) -> Message:
         location=50_000 + seq,
         marks=[seq, 3 * seq] if seq % 3 == 0 else None,
     )
-
-
-def fields(message: Message) -> tuple[object, ...]:
-    return tuple(getattr(message, f.name) for f in dataclasses.fields(message))
 
 
 def all_fields(messages: Iterable[Message]) -> list[tuple[object, ...]]:

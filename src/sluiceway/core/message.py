@@ -38,6 +38,9 @@ class Message:
     # The parts of its MESSAGE frame that are the same for every subscriber, encoded once by the
     # server for a topic's fan-out (server.render); None until then.
     wire: tuple[str, bytes] | None = None
+    # Pending lists holding this very object in memory (a topic's subscribers share it): the
+    # memory ledger counts its cost while this is above 0 (core.pending).
+    resident: int = 0
 
     @property
     def size(self) -> int:

@@ -109,12 +109,27 @@ class PendingList:
         """Messages held in the swap area."""
         return sum(c.count for level in self._levels for c in level.chunks)
 
+    # -- the memory ledger ---------------------------------------------------------------------
+
+    def _hold(self, message: Message) -> None:
+        """`message` is now in memory in this list. A topic's message sits in the list of each
+        of its subscribers, sharing one body: the ledger counts it once, for the first list."""
+        message.resident += 1
+        if message.resident == 1:
+            self._ledger.add(message_cost(len(message.body)))
+
+    def _let_go(self, message: Message) -> None:
+        """`message` left this list's memory (taken, spilled, expired, cleared)."""
+        message.resident -= 1
+        if message.resident == 0:
+            self._ledger.remove(message_cost(len(message.body)))
+
     # -- adding and taking -----------------------------------------------------------------------
 
     def append(self, message: Message) -> None:
         """Add a newly arrived message behind every message of its priority."""
         level = self._levels[message.priority]
-        self._ledger.add(message_cost(len(message.body)))
+        self._hold(message)
         if self._spill is not None and (level.spilled or self._ledger.over):
             level.filling.append(message)
             level.filling_bytes += len(message.body)
@@ -147,7 +162,7 @@ class PendingList:
         else:
             level.filling.insert(bisect.bisect_right(level.filling, seq, key=_seq), message)
             level.filling_bytes += len(message.body)
-        self._ledger.add(message_cost(len(message.body)))
+        self._hold(message)
         self._added(message)
 
     def _restore_into_chunk(self, level: _Level, message: Message) -> None:
@@ -197,7 +212,7 @@ class PendingList:
         message = level.head.popleft()
         if not level.head and not level.spilled:
             self._mask &= ~(1 << priority)
-        self._ledger.remove(message_cost(len(message.body)))
+        self._let_go(message)
         self._removed(message)
         return message
 
@@ -207,7 +222,7 @@ class PendingList:
         ref = self._spill.write(encode_chunk(messages))
         level.chunks.append(Chunk(ref, messages))
         for message in messages:
-            self._ledger.remove(message_cost(len(message.body)))
+            self._let_go(message)
             if message.expires:
                 self._expiring -= 1
         level.filling = []
@@ -218,7 +233,7 @@ class PendingList:
         if level.chunks:
             messages = self._read_chunk(level.chunks.popleft(), free=True)
             for message in messages:
-                self._ledger.add(message_cost(len(message.body)))
+                self._hold(message)
                 if message.expires:
                     self._expiring += 1
             level.head.extend(messages)
@@ -306,7 +321,7 @@ class PendingList:
                 kept.extend(messages[index:])
                 break
             if choose(message):
-                self._ledger.remove(message_cost(len(message.body)))
+                self._let_go(message)
                 self._removed(message)
             else:
                 kept.append(message)
@@ -353,7 +368,7 @@ class PendingList:
                     setattr(level, attribute, deque(kept) if attribute == "head" else kept)
             level.filling_bytes = sum(len(m.body) for m in level.filling)
         for message in expired:
-            self._ledger.remove(message_cost(len(message.body)))
+            self._let_go(message)
             self._removed(message)
         self._recompute_mask()
         return expired
@@ -363,7 +378,7 @@ class PendingList:
         count = self._count
         for level in self._levels:
             for message in itertools.chain(level.head, level.filling):
-                self._ledger.remove(message_cost(len(message.body)))
+                self._let_go(message)
             if self._spill is not None:
                 for chunk in level.chunks:
                     self._spill.free(chunk.ref)
