@@ -256,9 +256,7 @@ class FrameDecoder:
         if end < 0:
             return None
         self._pos = end + 1
-        with memoryview(buf) as view:  # one copy, not two
-            body = view[start:end].tobytes()
-        return Frame(command, headers, body)
+        return Frame(command, headers, bytes(buf[start:end]))
 
     def _plain_head(self, head: bytearray) -> tuple[str, dict[str, str]] | None:
         """Command and headers of a head needing no unescaping and within the limits."""
