@@ -132,14 +132,14 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "topic",
-        "topic, 4 subscribers, non-persistent: deliveries/s",
+        "topic, 4 subscribers, non-persistent (received/s: deliveries)",
         ("topic", "--consumers", "4", "--messages", "100000"),
         (RECEIVED,),
         target="2x best peer",
     ),
     Scenario(
         "backlog",
-        "backlog of 1,000,000 msgs, no consumer: produce/s, then drain/s, broker peak RSS",
+        "backlog of 1,000,000 msgs, no consumer (sent/s: filling, received/s: draining)",
         ("backlog", "--messages", "1000000", "--timeout", "30"),
         (SENT, RECEIVED, Figure("peak RSS (MB)", "rss_mb", higher_is_better=False)),
         properties=UNLIMITED,
@@ -389,29 +389,62 @@ def main() -> None:
     parser.add_argument("--scenarios", default=",".join(s.key for s in SCENARIOS))
     parser.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
     parser.add_argument("--no-readme", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other scenarios' measurements from results/compare.json (run again "
+        "only the scenarios named)",
+    )
+    parser.add_argument(
+        "--from-results", action="store_true", help="measure nothing: table from compare.json"
+    )
     args = parser.parse_args()
-    brokers = args.brokers.split(",")
+    if args.from_results:
+        saved = json.loads(RESULTS.read_text())
+        measurements = [Measurement(**m) for m in saved["measurements"]]
+        publish(measurements, saved["runs"], saved["scale"], readme=not args.no_readme)
+        return
     chosen = [s for s in SCENARIOS if s.key in args.scenarios.split(",")]
-    measurements: list[Measurement] = []
-    for run in range(1, args.runs + 1):
+    measurements = []
+    if args.merge:
+        keys = {s.key for s in chosen}
+        saved = json.loads(RESULTS.read_text())
+        if saved["runs"] != args.runs or saved["scale"] != args.scale:
+            sys.exit("compare.py: --merge needs the --runs and --scale of compare.json")
+        measurements = [
+            Measurement(**m) for m in saved["measurements"] if m["scenario"] not in keys
+        ]
+    measurements += run_all(chosen, args.brokers.split(","), args.runs, args.scale)
+    publish(measurements, args.runs, args.scale, readme=not args.no_readme)
+
+
+def run_all(
+    chosen: list[Scenario], brokers: list[str], runs: int, scale: float
+) -> list[Measurement]:
+    measurements = []
+    for run in range(1, runs + 1):
         order = brokers[run - 1 :] + brokers[: run - 1]  # rotated each run
         for scenario in chosen:
             for name in (b for b in order if b in scenario.brokers):
-                m = measure(scenario, name, run, args.scale)
+                m = measure(scenario, name, run, scale)
                 measurements.append(m)
                 shown = ", ".join(f"{k} {v:,.2f}" for k, v in m.figures.items())
                 print(f"run {run} {scenario.key} {name}: {shown} {m.error}".rstrip(), flush=True)
-    text = table(measurements, args.runs)
+    return measurements
+
+
+def publish(measurements: list[Measurement], runs: int, scale: float, *, readme: bool) -> None:
+    text = table(measurements, runs)
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                    f"{platform.python_version()}",
-        "runs": args.runs,
-        "scale": args.scale,
+        "runs": runs,
+        "scale": scale,
         "measurements": [m.__dict__ for m in measurements],
     }, indent=2) + "\n")  # fmt: skip
     print(text)
-    if not args.no_readme:
+    if readme:
         write_readme(text)
 
 

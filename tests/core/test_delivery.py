@@ -406,3 +406,21 @@ def test_fair_policy_gives_a_paced_consumer_one_more_for_each_it_acknowledges(
         slow.take()
         assert len(slow.received) == held
     assert queue.pending_count == pending - 3
+
+
+def test_fair_policy_without_measurable_pace_counts_outstanding_messages(
+    make_broker: Callable[[Mapping[str, str]], Broker],
+) -> None:
+    # On a clock that does not move, every pace is 0: no consumer may be starved for it.
+    broker = make_broker({"imq.autocreate.queue.dispatchPolicy": "fair"})
+    producer, first, second = Client(broker), Client(broker), Client(broker)
+    first.subscribe("/queue/work", limit=100)
+    second.subscribe("/queue/work", limit=100)
+    for i in range(10):
+        producer.send("/queue/work", b"%d" % i)
+    for client in (first, second):
+        client.take()
+        client.ack(client.received.pop(0))
+    for i in range(10, 50):
+        producer.send("/queue/work", b"%d" % i)
+    assert (len(first.take()), len(second.take())) == (20, 20)

@@ -89,14 +89,15 @@ def _dispatch_fair(queue: Queue) -> None:
 
 def _horizon(queue: Queue) -> float | None:
     """The most work (in seconds) a consumer may hold: the shortest full window among the
-    consumers whose pace is known; None while no pace is known."""
+    consumers whose pace is known; None while no pace is known, or none takes measurable time
+    (then only the number of outstanding messages counts)."""
     horizon = None
     for consumer in queue.consumers:
         if consumer.pace is not None and consumer.window.limit > 0:
             full = consumer.window.limit * consumer.pace
             if horizon is None or full < horizon:
                 horizon = full
-    return horizon
+    return horizon or None
 
 
 def _least_loaded(
@@ -137,7 +138,8 @@ def _has_room(consumer: QueueSubscription, horizon: float | None) -> bool:
     outstanding, pace = consumer.window.outstanding, consumer.pace
     if pace is None:
         return outstanding < WARMUP
-    return outstanding * pace < horizon  # one more while what it holds is within the horizon
+    # One more while what it holds is within the horizon; one at least, however slow it is.
+    return not outstanding or outstanding * pace < horizon
 
 
 def _first_ready(queue: Queue, message: Message) -> QueueSubscription | None:
