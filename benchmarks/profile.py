@@ -64,8 +64,10 @@ def profile(key: str, rate: int, scale: float, py_spy: str) -> None:
     folded = PROFILES / f"{key}.folded"
     with running(broker, scenario.properties) as pid:
         sampler = subprocess.Popen(
+            # --nonblocking: read the broker's stacks without stopping it for each sample, so
+            # that it runs at nearly its own speed (a sample may then be slightly torn).
             [py_spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate),
-             "--output", str(folded)],
+             "--nonblocking", "--output", str(folded)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip

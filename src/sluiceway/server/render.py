@@ -74,6 +74,16 @@ def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
 def _message_wire(message: Message) -> tuple[str, bytes] | None:
     """The escaped message id and the encoded headers after the per-delivery ones, up to the
     blank line; None when only the general encoding can render the message faithfully."""
+    if not message.headers:
+        # No header of the producer's (the usual case): written directly.
+        tail = (
+            f"destination:{escape_value(message.destination.path)}\n"
+            f"priority:{message.priority}\n"
+            f"persistent:{'true' if message.persistent else 'false'}\n"
+            f"expires:{message.expires}\ntimestamp:{message.timestamp}\n"
+            f"sequence:{message.seq}\ncontent-length:{len(message.body)}\n\n"
+        ).encode()
+        return _keep(message, (escape_value(message.id), tail))
     if any(name == "ack" for name, _ in message.headers):
         return None  # a producer's `ack` shows on ack:auto subscriptions only: not constant
     headers = {
@@ -92,7 +102,10 @@ def _message_wire(message: Message) -> tuple[str, bytes] | None:
         tail = (header_lines("MESSAGE", headers, StompVersion.V1_2) + "\n").encode()
     except UnicodeEncodeError:
         return None
-    wire = (escape_value(message.id), tail)
+    return _keep(message, (escape_value(message.id), tail))
+
+
+def _keep(message: Message, wire: tuple[str, bytes]) -> tuple[str, bytes]:
     if message.destination.kind is DestinationKind.TOPIC:
         message.wire = wire  # every subscriber gets the same
     return wire
