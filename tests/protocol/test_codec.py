@@ -772,3 +772,18 @@ def test_refuses_what_the_version_cannot_carry(
 ) -> None:
     with pytest.raises(LocalProtocolError, match=message):
         encode_frame(frame, version)
+
+
+def test_a_command_of_non_ascii_capitals_is_malformed_whole_or_in_pieces() -> None:
+    data = "SÉND\ndestination:/queue/q\n\n\0".encode()
+    for chunks in ([data], [bytes([b]) for b in data]):
+        decoder = FrameDecoder()
+        for chunk in chunks:
+            decoder.receive_data(chunk)
+        with pytest.raises(RemoteProtocolError, match="malformed command line"):
+            drain_events(decoder)
+
+
+def drain_events(decoder: FrameDecoder) -> None:
+    while decoder.next_event() is not None:
+        pass

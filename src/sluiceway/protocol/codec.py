@@ -269,7 +269,9 @@ class FrameDecoder:
             command, *lines = head.decode().split("\n")
         except UnicodeDecodeError:
             return None
-        if len(lines) > self._max_header_count or not (command.isalpha() and command.isupper()):
+        if len(lines) > self._max_header_count or not (
+            command.isascii() and command.isalpha() and command.isupper()
+        ):
             return None
         headers: dict[str, str] = {}
         for line in lines:
