@@ -111,6 +111,8 @@ def test_latency_paces_the_producers_and_reports_percentiles(
     # 500 messages at 500/s take about a second: the pacing is what set the span.
     assert result["wall_seconds"] >= 0.9
     assert sum(result["series"]["received_per_second"]) == 500
+    sent = result["series"]["sent_per_second"]
+    assert sum(sent) == 500
     assert result["latency_ms"]["max"] >= result["latency_ms"]["p99"] > 0
     assert plot.read_bytes().startswith(b"\x89PNG")
 

@@ -8,6 +8,7 @@ the last message received. MB/s counts message bodies, in millions of bytes per 
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -117,6 +118,10 @@ def build_report(outcome: Outcome) -> Report:
         timed_out=outcome.timed_out,
         errors=errors + outcome.failures,
         series={
+            "sent_per_second": [
+                float(total - previous)
+                for previous, total in itertools.pairwise([0, *outcome.sent_totals])
+            ],
             "received_per_second": [float(n) for n in series.received],
             "latency_mean_ms": [
                 total / n / 1000 if n else 0.0
@@ -203,11 +208,14 @@ def write_plot(report: Report, target: str) -> None:
     matplotlib.use("Agg")  # no display needed: the figure goes to a file
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    seconds = list(range(len(report.series["received_per_second"])))
     figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
-    top.plot(seconds, report.series["received_per_second"])
-    top.set_ylabel("received messages/s")
+    for name in ("sent", "received"):
+        values = report.series[f"{name}_per_second"]
+        top.plot(range(len(values)), values, label=name)
+    top.set_ylabel("messages/s")
     top.set_title(f"sluiceway bench {report.scenario}")
+    top.legend()
+    seconds = range(len(report.series["latency_mean_ms"]))
     bottom.plot(seconds, report.series["latency_mean_ms"], label="mean")
     bottom.plot(seconds, report.series["latency_max_ms"], label="max")
     bottom.set_ylabel("latency (ms)")

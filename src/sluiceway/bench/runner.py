@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.context import SpawnProcess
 
+from sluiceway.bench.accounting import MAX_SECONDS
 from sluiceway.bench.stream import RssSampler
 from sluiceway.bench.workers import (
     ConsumerResult,
@@ -80,6 +81,10 @@ class Outcome:
     broker_peak_rss: int = 0
     timed_out: bool = False
     failures: list[str] = field(default_factory=list)  # processes that did not report
+    # The origin of the per-second series (the consumers' and `sent_totals`).
+    origin_ns: int = 0
+    # Messages sent so far at the end of each second since `origin_ns` (at most MAX_SECONDS).
+    sent_totals: list[int] = field(default_factory=list)
 
 
 Progress = Callable[[int, int, int], None]  # (sent, received, expected received)
@@ -121,7 +126,7 @@ class Run:
 
     def _run(self) -> None:
         s, outcome = self.settings, self.outcome
-        outcome.start_ns = time.monotonic_ns()
+        outcome.start_ns = outcome.origin_ns = time.monotonic_ns()
         backlog = s.scenario is Scenario.BACKLOG
         if not backlog:
             self._start_consumers()
@@ -144,7 +149,7 @@ class Run:
             delay = s.delays_ms[index] if index < len(s.delays_ms) else 0.0
             spec = ConsumerSpec(
                 s.target, index, s.destination, s.counts(), s.ack, s.prefetch, delay,
-                self.outcome.start_ns,
+                self.outcome.origin_ns,
             )  # fmt: skip
             self._spawn(consumer_main, spec, self.shared)
 
@@ -171,6 +176,7 @@ class Run:
             self._collect(deadline=time.monotonic() + WATCH_SECONDS)
             sent = sum(self.shared.sent)
             received = sum(self.shared.received)
+            self._note_sent(sent)
             producers_done = len(self.outcome.producers) == s.producers
             if backlog and producers_done and not drained:
                 drained = True
@@ -189,6 +195,15 @@ class Run:
                 self.outcome.timed_out = True
                 break
         self.outcome.end_ns = time.monotonic_ns()
+
+    def _note_sent(self, sent: int) -> None:
+        """Keep `sent` as the total at the end of the current second (for the plot)."""
+        totals = self.outcome.sent_totals
+        second = (time.monotonic_ns() - self.outcome.origin_ns) // 1_000_000_000
+        second = min(second, MAX_SECONDS - 1)
+        while len(totals) <= second:
+            totals.append(totals[-1] if totals else 0)
+        totals[second] = sent
 
     def _expected_received(self) -> int:
         """What the consumers should hold in all, from what the producers have sent so far."""
