@@ -144,7 +144,9 @@ class StompSession:
         )
         # Control frames waiting to be written, each with the journal position it depends on
         # (0: none). They go out in order: a RECEIPT promises that every earlier frame was
-        # handled, so nothing overtakes a receipt that waits for the journal to sync.
+        # handled, so nothing overtakes a receipt that waits for the journal to sync. Bounded by
+        # the I/O layer: it stops reading once MAX_WAITING_CONTROL wait (server.connection), so
+        # at most that plus the frames of one read.
         self._control: deque[tuple[int, bytes]] = deque()
         self._handlers: dict[str, Callable[[Frame], Extra]] = {
             "CONNECT": self._on_connect,
