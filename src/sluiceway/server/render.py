@@ -86,14 +86,7 @@ def _message_wire(message: Message) -> tuple[str, bytes] | None:
         return _keep(message, (escape_value(message.id), tail))
     if any(name == "ack" for name, _ in message.headers):
         return None  # a producer's `ack` shows on ack:auto subscriptions only: not constant
-    headers = {
-        "destination": message.destination.path,
-        "priority": str(message.priority),
-        "persistent": "true" if message.persistent else "false",
-        "expires": str(message.expires),
-        "timestamp": str(message.timestamp),
-        "sequence": str(message.seq),
-    }
+    headers = _message_headers(message)
     for name, value in message.headers:
         if name not in _BROKER_NAMES:
             headers.setdefault(name, value)
@@ -103,6 +96,19 @@ def _message_wire(message: Message) -> tuple[str, bytes] | None:
     except UnicodeEncodeError:
         return None
     return _keep(message, (escape_value(message.id), tail))
+
+
+def _message_headers(message: Message) -> dict[str, str]:
+    """The broker's headers that describe the message itself, the same in every delivery
+    (the producer's headers and content-length come after them)."""
+    return {
+        "destination": message.destination.path,
+        "priority": str(message.priority),
+        "persistent": "true" if message.persistent else "false",
+        "expires": str(message.expires),
+        "timestamp": str(message.timestamp),
+        "sequence": str(message.seq),
+    }
 
 
 def _keep(message: Message, wire: tuple[str, bytes]) -> tuple[str, bytes]:
@@ -123,11 +129,7 @@ def _message_frame(delivery: Delivery, version: StompVersion) -> bytes:
         headers["ack"] = ack_id(delivery)
     headers["redelivered"] = "true" if delivery.delivery_count > 1 else "false"
     headers["delivery-count"] = str(delivery.delivery_count)
-    headers["priority"] = str(message.priority)
-    headers["persistent"] = "true" if message.persistent else "false"
-    headers["expires"] = str(message.expires)
-    headers["timestamp"] = str(message.timestamp)
-    headers["sequence"] = str(message.seq)
+    headers.update(_message_headers(message))
     if version is StompVersion.V1_2:
         for name, value in message.headers:
             headers.setdefault(name, value)
