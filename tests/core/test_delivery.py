@@ -424,3 +424,51 @@ def test_fair_policy_without_measurable_pace_counts_outstanding_messages(
     for i in range(10, 50):
         producer.send("/queue/work", b"%d" % i)
     assert (len(first.take()), len(second.take())) == (20, 20)
+
+
+def test_a_batch_hands_its_messages_to_consumers_when_it_closes(broker: Broker) -> None:
+    producer, consumer, subscriber = Client(broker), Client(broker), Client(broker)
+    queue = consumer.subscribe("/queue/work", limit=3)
+    topic = subscriber.subscribe("/topic/news", limit=3)
+    work = broker.registry.resolve(parse_destination("/queue/work"))
+    with broker.context.batch:
+        for i in range(5):
+            producer.send("/queue/work", b"q%d" % i)
+            producer.send("/topic/news", b"t%d" % i)
+        # Held back until the batch closes: nothing staged yet, everything pending.
+        assert (len(queue.staged), len(topic.staged)) == (0, 0)
+        assert work.pending_count == 5
+    # Then the same as message by message: each window filled, in order, the rest waiting.
+    assert bodies(consumer.take()) == [b"q0", b"q1", b"q2"]
+    assert bodies(subscriber.take()) == [b"t0", b"t1", b"t2"]
+    assert work.pending_count == 2
+
+
+def test_batches_nest_and_only_the_outermost_close_hands_over(broker: Broker) -> None:
+    producer, consumer = Client(broker), Client(broker)
+    consumer.subscribe("/queue/work")
+    with broker.context.batch:
+        with broker.context.batch:
+            producer.send("/queue/work", b"inner")
+        assert consumer.take() == []
+        producer.send("/queue/work", b"outer")
+    assert bodies(consumer.take()) == [b"inner", b"outer"]
+    producer.send("/queue/work", b"alone")  # no batch open: handed over at once
+    assert bodies(consumer.take()) == [b"alone"]
+
+
+def test_auto_acknowledged_messages_are_consumed_a_take_at_a_time(broker: Broker) -> None:
+    producer, consumer = Client(broker), Client(broker)
+    subscription = consumer.subscribe("/queue/auto", ack=AckMode.AUTO, limit=4, threshold=50)
+    for i in range(10):
+        producer.send("/queue/auto", b"%d" % i)
+    queue = broker.registry.resolve(parse_destination("/queue/auto"))
+    first = consumer.connection.take(3)
+    # Consumed when written: the window has its credit back and the queue counts them.
+    assert bodies(first) == [b"0", b"1", b"2"]
+    assert queue.stats.consumed == 3
+    assert subscription.window.outstanding == len(subscription.staged)
+    assert bodies(consumer.take()) == [b"%d" % i for i in range(3, 10)]
+    assert queue.stats.consumed == 10
+    assert subscription.window.outstanding == 0
+    assert broker.ledger.used == 0

@@ -90,6 +90,15 @@ def test_segment_header_and_record_bytes(tmp_path: Path, journals: Journals) -> 
     assert second == Position(lsn=2, segment=1, offset=38)
 
 
+def test_add_is_append_returning_the_lsn(tmp_path: Path, journals: Journals) -> None:
+    journal, _ = journals.open(tmp_path)
+    assert journal.add(7, b"hello") == 1
+    assert journal.append(8, b"world") == Position(lsn=2, segment=1, offset=16 + 22)
+    assert journal.add(9, b"") == 3
+    journal.flush()
+    assert triples(list(journal.scan())) == [(1, 7, b"hello"), (2, 8, b"world"), (3, 9, b"")]
+
+
 def test_fresh_directory_is_created_with_one_empty_segment(
     tmp_path: Path, journals: Journals
 ) -> None:

@@ -17,6 +17,7 @@ from sluiceway.protocol.frames import Frame, StompVersion
 
 V12 = StompVersion.V1_2
 READ_CHUNK = 256 * 1024  # bytes per read: large enough that a busy consumer reads in big gulps
+BATCH_BYTES = 64 * 1024  # frames queued with `queue` go out once this many bytes wait, or sooner
 
 
 class Refused(Exception):
@@ -61,6 +62,10 @@ class StompStream:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
         self.decoder = FrameDecoder()
+        # Frames queued to go out together: one system call for many frames, as a client that
+        # batches its writes does. Flushed before every wait, so nothing waits behind a wait.
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
 
     @classmethod
     async def open(
@@ -83,7 +88,24 @@ class StompStream:
         return stream
 
     def send(self, frame: Frame) -> None:
-        self.writer.write(encode_frame(frame, V12))
+        """Write `frame` now (after anything queued)."""
+        self.queue(frame)
+        self.flush()
+
+    def queue(self, frame: Frame) -> None:
+        """Add `frame` to the batch; it is written by `flush`, or once the batch is full."""
+        data = encode_frame(frame, V12)
+        self._batch.append(data)
+        self._batch_bytes += len(data)
+        if self._batch_bytes >= BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the queued frames, in one write."""
+        if self._batch:
+            self.writer.write(b"".join(self._batch))
+            self._batch.clear()
+            self._batch_bytes = 0
 
     async def next_frame(self) -> Frame:
         while True:

@@ -116,6 +116,9 @@ class ConsumerResult:
     error: str = ""
 
 
+PREFIX_BYTES = 64  # room for a body's prefix: producer id, sequence number, send time (ns)
+
+
 def body_for(producer_id: int, seq: int, size: int, padding: bytes) -> bytes:
     prefix = b"%d %d %d " % (producer_id, seq, time.monotonic_ns())
     return prefix + padding[len(prefix) : size]
@@ -224,19 +227,23 @@ async def _send_all(
             # every later one back.
             delay = result.started_ns + seq * interval_ns - time.monotonic_ns()
             if delay > 0:
+                stream.flush()
                 await asyncio.sleep(delay / 1e9)
         if spec.receipts:
+            if credit.locked():
+                stream.flush()  # what the broker is to answer goes out before waiting for it
             await credit.acquire()
         if finished.is_set():
             break
         frame_headers = {**headers, "receipt": str(seq)} if spec.receipts else headers
         body = body_for(spec.producer_id, seq, spec.size, padding)
-        stream.send(Frame("SEND", frame_headers, body))
+        stream.queue(Frame("SEND", frame_headers, body))
         result.sent = seq + 1
         if seq % PUBLISH_EVERY == 0:
             shared.sent[spec.producer_id] = result.sent
         if stream.writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
             await stream.writer.drain()
+    stream.flush()
     shared.sent[spec.producer_id] = result.sent
     if spec.receipts:
         # Every credit back means every send was answered.
@@ -273,7 +280,7 @@ class Tally:
         result.first_ns = result.first_ns or now
         result.last_ns = now
         try:
-            producer, seq, sent_ns = (int(part) for part in body.split(b" ", 3)[:3])
+            producer, seq, sent_ns = map(int, body[:PREFIX_BYTES].split(b" ", 3)[:3])
             bitmap = self.bitmaps[producer]
             fresh = bitmap.add(seq) if 0 <= seq < bitmap.count else None
         except (ValueError, IndexError):
@@ -325,26 +332,36 @@ class ConsumerLoop:
         while True:
             event = self.stream.decoder.next_event()
             if isinstance(event, Frame):
-                await self.handle(event)
-            elif event is None and not await self.read_more():
-                break
+                if self.handle(event) and self.spec.delay_ms:
+                    self.stream.flush()  # the previous message's ACK goes before this wait
+                    await asyncio.sleep(self.spec.delay_ms / 1000)
+                    self.acknowledge()
+            elif event is None:
+                self.stream.flush()  # the ACKs of everything read so far, in one write
+                if not await self.read_more():
+                    break
         if self.pending:
             self.stream.send(Frame("ACK", {"id": self.unacked}))
 
-    async def handle(self, frame: Frame) -> None:
+    def handle(self, frame: Frame) -> bool:
+        """Count a MESSAGE (True) and, without a delay, acknowledge it; other frames: False."""
         if frame.command == "ERROR":
             raise RuntimeError(frame.headers.get("message", "ERROR from the broker"))
         if frame.command != "MESSAGE":
-            return
+            return False
         self.tally.count(frame.body)
-        if self.spec.delay_ms:
-            await asyncio.sleep(self.spec.delay_ms / 1000)
         if self.spec.ack != "auto":
             self.unacked = frame.headers.get("ack", "")
             self.pending += 1
-            if self.pending >= self.ack_every:
-                self.stream.send(Frame("ACK", {"id": self.unacked}))
-                self.pending = 0
+            if not self.spec.delay_ms:
+                self.acknowledge()
+        return True
+
+    def acknowledge(self) -> None:
+        """The message handled last is done: acknowledge it (or every `ack_every`-th)."""
+        if self.pending >= self.ack_every:
+            self.stream.queue(Frame("ACK", {"id": self.unacked}))
+            self.pending = 0
 
     async def read_more(self) -> bool:
         """Feed the decoder; False when the consumer should finish."""

@@ -139,6 +139,7 @@ class CoreConnection:
             return deliveries
         busy = self._busy
         now = self.clock.time_ms()
+        written: dict[Subscription, list[Message]] = {}  # at most one entry per subscription
         while busy and len(deliveries) < limit:
             subscription = busy.popleft()
             staged = subscription.staged
@@ -149,6 +150,12 @@ class CoreConnection:
                 subscription.drop_expired(message)
                 continue
             deliveries.append(subscription.write(message))
+            if subscription in written:
+                written[subscription].append(message)
+            else:
+                written[subscription] = [message]
+        for subscription, messages in written.items():
+            subscription.written(messages)  # ack:auto consumes them, a batch at a time
         return deliveries
 
     def _refill_all(self) -> None:

@@ -270,7 +270,7 @@ class Queue(Destination):
             self.store.added(message)
         self.pending.append(message)
         self._took(message)
-        if self.consumers:
+        if self.consumers and not self.context.batch.defer(self.dispatch):
             self.dispatch()
 
     def finished(self, message: Message) -> None:
@@ -447,11 +447,13 @@ class Topic(Destination):
         message.seq = self.next_seq()
         self.stats.received(message)
         taken = False
+        batch = self.context.batch
         for subscriber in self.subscribers:
             if subscriber.accepts(message):
                 subscriber.pending.append(message)
                 self._took(message)
-                subscriber.fill()
+                if not batch.defer(subscriber.fill):
+                    subscriber.fill()
                 taken = True
         if any(state.accepts(message) for state in self.durables.values()) or any(
             cursor.position <= message.seq for cursor in self.cursors.values()

@@ -116,7 +116,10 @@ class _Liveness:
             self.live[base] = self.total[base] = 0
 
     def segment_of(self, lsn: int) -> int:
-        return self.bases[bisect.bisect_right(self.bases, lsn) - 1]
+        bases = self.bases
+        if lsn >= bases[-1]:
+            return bases[-1]  # the active segment: nearly every record's
+        return bases[bisect.bisect_right(bases, lsn) - 1]
 
     def born(self, lsn: int, *, live: bool = True) -> None:
         base = self.segment_of(lsn)
@@ -224,7 +227,7 @@ class JournalStore:
     # -- appending --------------------------------------------------------------------------------
 
     def _append(self, record_type: RecordType, payload: bytes) -> int:
-        return self.journal.append(record_type, payload).lsn
+        return self.journal.add(record_type, payload)
 
     def added(self, message: Message) -> None:
         """A persistent message is now held by a destination."""

@@ -94,8 +94,17 @@ def _text(value: str) -> bytes:
     return _U16.pack(len(data)) + data
 
 
+_ENCODED_NAMES: dict[DestinationName, bytes] = {}  # recently used names, encoded
+_ENCODED_NAMES_MAX: Final = 4096
+
+
 def _destination(name: DestinationName) -> bytes:
-    return _U8.pack(_KIND_CODES[name.kind]) + _text(name.name)
+    data = _ENCODED_NAMES.get(name)
+    if data is None:
+        if len(_ENCODED_NAMES) >= _ENCODED_NAMES_MAX:
+            _ENCODED_NAMES.clear()
+        data = _ENCODED_NAMES[name] = _U8.pack(_KIND_CODES[name.kind]) + _text(name.name)
+    return data
 
 
 def encode_message(message: Message) -> bytes:

@@ -135,16 +135,20 @@ class Subscription:
             self.connection.mark_busy(self)
 
     def write(self, message: Message) -> Delivery:
-        """`message`, taken from `staged`, is being written to the client."""
+        """`message`, taken from `staged`, is being written to the client (with ack:auto,
+        `written` consumes it together with the rest of its batch)."""
         count = self.count_delivery(message)
         self.delivered += 1
         self.destination.stats.delivered(message)
-        if self.ack_mode is AckMode.AUTO:
-            self.consumed((message,))
-        else:
+        if self.ack_mode is not AckMode.AUTO:
             self.unacked[message.id] = message
             self.note_delivery(message)
         return Delivery(self, message, count)
+
+    def written(self, messages: list[Message]) -> None:
+        """A batch of `write`s is done: with ack:auto, those messages are consumed now."""
+        if self.ack_mode is AckMode.AUTO:
+            self.consumed(messages)
 
     def consumed(self, messages: Iterable[Message]) -> None:
         """The client consumed `messages` (already removed from `unacked`)."""
@@ -458,6 +462,9 @@ class _Browser(Subscription):
         self.destination.context.ledger.remove(message_cost(message.size))
         self.release(1)
         return Delivery(self, message, message.delivery_count)
+
+    def written(self, messages: list[Message]) -> None:
+        pass  # released by `write` already
 
     def return_to_source(self, messages: list[Message], *, delivered: bool) -> None:
         pass  # the messages never left their destination

@@ -173,6 +173,10 @@ class StompSession:
         if self.state in (SessionState.CLOSING, SessionState.DRAINING):
             return
         self._decoder.receive_data(data)
+        with self.broker.context.batch:  # the read's messages reach consumers together
+            self._receive_frames()
+
+    def _receive_frames(self) -> None:
         while not self.closing and not self.input_blocked:
             try:
                 event = self._decoder.next_event()

@@ -519,6 +519,12 @@ class Journal:
 
     def append(self, type: int, payload: bytes) -> Position:
         """Buffer a record (no syscall) and return its position; `payload` must not change."""
+        offset = self._end
+        lsn = self.add(type, payload)
+        return Position(lsn, self._active_base, offset)
+
+    def add(self, type: int, payload: bytes) -> int:
+        """`append`, returning only the record's LSN (no Position made: the hot path)."""
         if self._blocked is not None:
             self._refuse()
         size = len(payload)
@@ -538,7 +544,7 @@ class Journal:
         chunks.append(payload)
         self._end = offset + _RECORD.size + size
         self._next_lsn = lsn + 1
-        return Position(lsn, self._active_base, offset)
+        return lsn
 
     def flush(self) -> int:
         """Hand every buffered record to the OS in one write; return the last LSN written."""
