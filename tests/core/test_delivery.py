@@ -431,10 +431,11 @@ def test_a_batch_hands_its_messages_to_consumers_when_it_closes(broker: Broker) 
     queue = consumer.subscribe("/queue/work", limit=3)
     topic = subscriber.subscribe("/topic/news", limit=3)
     work = broker.registry.resolve(parse_destination("/queue/work"))
+    later = broker.clock.time_ms() + 3_600_000  # (an expiry time takes the pending list)
     with broker.context.batch:
         for i in range(5):
-            producer.send("/queue/work", b"q%d" % i)
-            producer.send("/topic/news", b"t%d" % i)
+            producer.send("/queue/work", b"q%d" % i, expires=later)
+            producer.send("/topic/news", b"t%d" % i, expires=later)
         # Held back until the batch closes: nothing staged yet, everything pending.
         assert (len(queue.staged), len(topic.staged)) == (0, 0)
         assert work.pending_count == 5
@@ -444,16 +445,41 @@ def test_a_batch_hands_its_messages_to_consumers_when_it_closes(broker: Broker) 
     assert work.pending_count == 2
 
 
+def test_a_message_nothing_waits_before_goes_straight_to_a_ready_consumer(
+    broker: Broker,
+) -> None:
+    producer, consumer, subscriber = Client(broker), Client(broker), Client(broker)
+    queue = consumer.subscribe("/queue/work", limit=2)
+    topic = subscriber.subscribe("/topic/news", limit=2)
+    work = broker.registry.resolve(parse_destination("/queue/work"))
+    with broker.context.batch:
+        for i in range(3):
+            producer.send("/queue/work", b"q%d" % i)
+            producer.send("/topic/news", b"t%d" % i)
+        # Staged at once while the windows had room; the third waits in the pending lists.
+        assert (len(queue.staged), len(topic.staged)) == (2, 2)
+        assert work.pending_count == 1
+    assert broker.ledger.used > 0
+    assert bodies(consumer.take()) == [b"q0", b"q1"]
+    assert bodies(subscriber.take()) == [b"t0", b"t1"]
+    for client in (consumer, subscriber):
+        for delivery in client.received:
+            client.ack(delivery)
+    assert bodies(consumer.take()) == [b"q2"]
+    assert bodies(subscriber.take()) == [b"t2"]
+
+
 def test_batches_nest_and_only_the_outermost_close_hands_over(broker: Broker) -> None:
     producer, consumer = Client(broker), Client(broker)
     consumer.subscribe("/queue/work")
+    later = broker.clock.time_ms() + 3_600_000  # (an expiry time takes the pending list)
     with broker.context.batch:
         with broker.context.batch:
-            producer.send("/queue/work", b"inner")
+            producer.send("/queue/work", b"inner", expires=later)
         assert consumer.take() == []
-        producer.send("/queue/work", b"outer")
+        producer.send("/queue/work", b"outer", expires=later)
     assert bodies(consumer.take()) == [b"inner", b"outer"]
-    producer.send("/queue/work", b"alone")  # no batch open: handed over at once
+    producer.send("/queue/work", b"alone", expires=later)  # no batch open: handed over at once
     assert bodies(consumer.take()) == [b"alone"]
 
 
