@@ -54,6 +54,11 @@ class DestinationName:
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", f"/{self.kind.value}/{self.name}")
 
+    def __hash__(self) -> int:
+        # The path names kind and name together, and a string keeps its hash: a name is a key
+        # of many dictionaries on every message's way through the broker.
+        return hash(self.path)
+
     @property
     def is_system(self) -> bool:
         return self.name.startswith(SYSTEM_PREFIX)

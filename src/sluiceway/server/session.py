@@ -284,7 +284,7 @@ class StompSession:
             self.fail(exc, receipt)
             return
         store = self.broker.store
-        before = store.last_lsn
+        before = store.last_lsn if receipt is not None else 0  # (only a RECEIPT needs it)
         self._receipt_lsn = 0
         try:
             extra = handler(frame)
