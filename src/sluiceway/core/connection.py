@@ -139,7 +139,7 @@ class CoreConnection:
             return deliveries
         busy = self._busy
         now = self.clock.time_ms()
-        written: dict[Subscription, list[Message]] = {}  # at most one entry per subscription
+        auto: dict[Subscription, list[Message]] = {}  # ack:auto messages, by subscription
         while busy and len(deliveries) < limit:
             subscription = busy.popleft()
             staged = subscription.staged
@@ -150,12 +150,13 @@ class CoreConnection:
                 subscription.drop_expired(message)
                 continue
             deliveries.append(subscription.write(message))
-            if subscription in written:
-                written[subscription].append(message)
-            else:
-                written[subscription] = [message]
-        for subscription, messages in written.items():
-            subscription.written(messages)  # ack:auto consumes them, a batch at a time
+            if subscription.ack_mode is AckMode.AUTO:
+                if subscription in auto:
+                    auto[subscription].append(message)
+                else:
+                    auto[subscription] = [message]
+        for subscription, messages in auto.items():
+            subscription.written(messages)  # consumed a take at a time
         return deliveries
 
     def _refill_all(self) -> None:

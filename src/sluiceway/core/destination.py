@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from sluiceway.config import DestinationSettings, DispatchPolicy
+from sluiceway.config import DestinationSettings
 from sluiceway.core import dispatch
 from sluiceway.core.context import Context
 from sluiceway.core.limits import Fullness
@@ -269,27 +269,11 @@ class Queue(Destination):
         if message.persistent:
             self.store.added(message)
         self._took(message)
-        if not self.pending and self._direct(message):
+        if dispatch.stage_at_once(self, message):
             return
         self.pending.append(message)
         if self.consumers and not self.context.batch.defer(self.dispatch):
             self.dispatch()
-
-    def _direct(self, message: Message) -> bool:
-        """Stage `message` straight to the first ready consumer, as dispatch would, when nothing
-        waits before it (no pending list to pass through): True if it was."""
-        if (
-            self._selective
-            or message.expires
-            or self.paused_consumers
-            or self.settings.dispatch_policy is not DispatchPolicy.OPENMQ
-        ):
-            return False
-        for consumer in self.consumers:
-            if consumer.ready():
-                consumer.stage(message)
-                return True
-        return False
 
     def finished(self, message: Message) -> None:
         """The message leaves the queue for good (consumed, dead, purged)."""
@@ -465,17 +449,11 @@ class Topic(Destination):
         message.seq = self.next_seq()
         self.stats.received(message)
         taken = False
-        batch = self.context.batch
         for subscriber in self.subscribers:
             if subscriber.accepts(message):
                 self._took(message)
+                subscriber.offer(message)
                 taken = True
-                if not subscriber.pending and subscriber.ready() and not message.expires:
-                    subscriber.stage(message)  # nothing waits before it: no pending list
-                    continue
-                subscriber.pending.append(message)
-                if not batch.defer(subscriber.fill):
-                    subscriber.fill()
         if any(state.accepts(message) for state in self.durables.values()) or any(
             cursor.position <= message.seq for cursor in self.cursors.values()
         ):

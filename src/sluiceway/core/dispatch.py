@@ -47,6 +47,24 @@ def dispatch(queue: Queue) -> None:
         _dispatch_fair(queue)
 
 
+def stage_at_once(queue: Queue, message: Message) -> bool:
+    """Under OPENMQ, with no selector and nothing pending, give a new message to the first
+    ready consumer now, as `fill` would (it skips the pending list); False: it must wait there.
+    A message with an expiry time always waits, for `fill` to check it."""
+    if (
+        queue.pending
+        or queue.selective
+        or message.expires
+        or queue.settings.dispatch_policy is not DispatchPolicy.OPENMQ
+    ):
+        return False
+    consumer = _first_ready(queue, message)
+    if consumer is None:
+        return False
+    consumer.stage(message)
+    return True
+
+
 def fill(queue: Queue, consumer: QueueSubscription) -> None:
     """Give `consumer` messages from the head of the list while it is ready (no selectors)."""
     now = queue.clock.time_ms()

@@ -146,9 +146,8 @@ class Subscription:
         return Delivery(self, message, count)
 
     def written(self, messages: list[Message]) -> None:
-        """A batch of `write`s is done: with ack:auto, those messages are consumed now."""
-        if self.ack_mode is AckMode.AUTO:
-            self.consumed(messages)
+        """With ack:auto, `messages` of one take were written: they are consumed now."""
+        self.consumed(messages)
 
     def consumed(self, messages: Iterable[Message]) -> None:
         """The client consumed `messages` (already removed from `unacked`)."""
@@ -367,6 +366,17 @@ class TopicSubscription(Subscription):
     def detach(self) -> None:
         self.topic.detach(self)
         self.pending.clear()
+
+    def offer(self, message: Message) -> None:
+        """A new message of the topic: staged now when nothing waits before it and the window
+        has room (it skips the pending list), otherwise queued and staged by `fill`, once per
+        batch while one is open (core.context.Batch)."""
+        if not self.pending and not message.expires and self.ready():
+            self.stage(message)
+            return
+        self.pending.append(message)
+        if not self.topic.context.batch.defer(self.fill):
+            self.fill()
 
     def fill(self) -> None:
         """Stage messages from this subscriber's own pending list while its window allows."""

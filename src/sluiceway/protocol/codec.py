@@ -541,8 +541,9 @@ def _check_raw(command: str, headers: dict[str, str], version: StompVersion | No
             raise _refuse(command, name, "name", "a colon", where)
 
 
-def _header_lines(command: str, headers: dict[str, str], version: StompVersion | None) -> str:
-    """All header lines of a frame, each ending in LF, escaped as `version` requires."""
+def header_lines(command: str, headers: dict[str, str], version: StompVersion | None) -> str:
+    """All header lines of a frame, each ending in LF, escaped as `version` requires (also
+    for callers that assemble a frame from parts encoded once and reused)."""
     if not headers:
         return ""
     names = "".join(headers)
@@ -553,12 +554,6 @@ def _header_lines(command: str, headers: dict[str, str], version: StompVersion |
     elif _has_special(names, _SPECIAL) or _has_special(values, _SPECIAL):
         return _escaped_lines(command, headers, version)
     return "\n".join(map(":".join, headers.items())) + "\n"
-
-
-def header_lines(command: str, headers: dict[str, str], version: StompVersion | None) -> str:
-    """The header lines of a `command` frame, each ending in LF, as `encode_frame` writes them:
-    for callers that assemble a frame from parts encoded once and reused."""
-    return _header_lines(command, headers, version)
 
 
 def escape_value(text: str) -> str:
@@ -593,7 +588,7 @@ def encode_frame(frame: Frame, version: StompVersion | None = None) -> bytes:
             f"cannot send command {_quote(command)}: a STOMP command is one or more upper-case "
             "letters A-Z"
         )
-    head = f"{command}\n{_header_lines(command, frame.headers, version)}"
+    head = f"{command}\n{header_lines(command, frame.headers, version)}"
     head += _content_length_line(frame) + "\n"
     try:
         encoded = head.encode()
