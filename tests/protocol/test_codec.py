@@ -17,6 +17,7 @@ from sluiceway.protocol.frames import (
     CLIENT_COMMANDS,
     HEARTBEAT,
     SERVER_COMMANDS,
+    AckRun,
     Frame,
     HeartBeat,
     StompVersion,
@@ -27,7 +28,7 @@ V11 = StompVersion.V1_1
 V12 = StompVersion.V1_2
 ALL_VERSIONS = [None, V10, V11, V12]
 
-Event = Frame | HeartBeat
+Event = Frame | HeartBeat | AckRun
 
 
 def drain(decoder: FrameDecoder) -> list[Event]:
@@ -486,6 +487,23 @@ def test_header_line_over_the_limit_is_refused_before_its_eol() -> None:
         "header line of more than 100 bytes (101 received so far) exceeds the limit of 100 bytes "
         "(imq.stomp.max_header_length)"
     )
+
+
+@pytest.mark.parametrize(
+    ("size", "length", "longest"),
+    [(1000, 100, 97), (30, 100, 20), (1000, 3, 0), (10, 100, 0)],
+)
+def test_a_run_of_acks_keeps_the_limits(size: int, length: int, longest: int) -> None:
+    """An id fits when "id:" and it fit the header line and the whole frame (10 bytes more) the
+    frame size; a longer one takes the general way, which refuses it."""
+    decoder = FrameDecoder(max_frame_size=size, max_header_length=length)
+    decoder.ack_runs = True
+    fits = [f"1/{'m' * (longest - 2)}"] if longest > 2 else []
+    decoder.receive_data(b"".join(b"ACK\nid:%s\n\n\0" % i.encode() for i in fits))
+    assert drain(decoder) == ([AckRun(fits)] if fits else [])
+    decoder.receive_data(b"ACK\nid:" + b"m" * (longest + 1) + b"\n\n\0")
+    with pytest.raises(FrameLimitExceeded):
+        drain(decoder)
 
 
 def test_much_longer_header_line_gets_its_length() -> None:

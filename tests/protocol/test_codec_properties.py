@@ -15,12 +15,13 @@ from sluiceway.protocol.frames import (
     HEARTBEAT,
     SERVER_COMMANDS,
     UNESCAPED_COMMANDS,
+    AckRun,
     Frame,
     HeartBeat,
     StompVersion,
 )
 
-Event = Frame | HeartBeat
+Event = Frame | HeartBeat | AckRun
 
 COMMANDS = sorted(CLIENT_COMMANDS | SERVER_COMMANDS)
 VERSIONS = [None, StompVersion.V1_0, StompVersion.V1_1, StompVersion.V1_2]
@@ -132,12 +133,66 @@ def test_byte_by_byte_gives_the_same_events(stream: tuple[bytes, list[Event]]) -
     assert feed(FrameDecoder(), [data[i : i + 1] for i in range(len(data))]) == events
 
 
+def flattened(events: list[Event]) -> list[Event]:
+    """`events` with each AckRun as the ACK frames it stands for, and no heart-beats (a run takes
+    in the EOLs after its frames)."""
+    flat: list[Event] = []
+    for event in events:
+        if isinstance(event, AckRun):
+            flat.extend(Frame("ACK", {"id": ack_id}) for ack_id in event.ids)
+        elif event is not HEARTBEAT:
+            flat.append(event)
+    return flat
+
+
+def with_ack_runs(decoder: FrameDecoder) -> FrameDecoder:
+    decoder.ack_runs = True
+    return decoder
+
+
+ack_ids = texts("", min_size=1) | st.from_regex(r"[0-9]{1,3}/[ -~]{1,30}", fullmatch=True)
+
+
+@st.composite
+def ack_streams(draw: st.DrawFn) -> bytes:
+    """1.2 streams rich in ACK frames: plain ones, ones with escapes or CR LF, other frames."""
+    parts: list[bytes] = []
+    for _ in range(draw(st.integers(min_value=1, max_value=12))):
+        kind = draw(st.integers(min_value=0, max_value=4))
+        if kind == 0:
+            parts.append(draw(streams())[0])
+            continue
+        headers = {"id": draw(ack_ids)}
+        if kind == 1:
+            headers["receipt"] = "r"
+        wire = encode_frame(Frame("ACK", headers), StompVersion.V1_2)
+        parts.append(with_crlf(wire) if kind == 2 else wire)
+    return b"".join(parts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=ack_streams(), cuts=st.lists(st.integers(min_value=0), max_size=20))
+def test_ack_runs_stand_for_the_same_frames(data: bytes, cuts: list[int]) -> None:
+    expected = flattened(feed(FrameDecoder(version=StompVersion.V1_2), [data]))
+    decoder = with_ack_runs(FrameDecoder(version=StompVersion.V1_2))
+    events = feed(decoder, split(data, cuts))
+    assert flattened(events) == expected
+    assert decoder.buffered == 0
+    # Only plain ACKs (an id of printable ASCII without a backslash, LF line ends) form a run.
+    for event in events:
+        if isinstance(event, AckRun):
+            assert event.ids
+            assert all(ack_id.isascii() and ack_id.isprintable() for ack_id in event.ids)
+            assert not any("\\" in ack_id for ack_id in event.ids)
+
+
 # Pieces of frames, valid and broken, that steer random bytes into every state of the decoder.
 FRAGMENTS = [
     b"SEND\n",
     b"MESSAGE\n",
     b"CONNECT\n",
     b"ACK\n",
+    b"id:1/m\n",
     b"k:v\n",
     b"k:w\r\n",
     b"a\\cb:c\\nd\n",
@@ -202,7 +257,7 @@ def feed_bounded(decoder: FrameDecoder, chunks: list[bytes]) -> tuple[list[Event
 
 @settings(max_examples=400, deadline=None)
 @given(
-    data=garbage | mutated_streams() | st.binary(max_size=200),
+    data=garbage | mutated_streams() | ack_streams() | st.binary(max_size=200),
     cuts=st.lists(st.integers(min_value=0), max_size=12),
     bytewise=st.booleans(),
     version=st.sampled_from(VERSIONS),
@@ -215,3 +270,6 @@ def test_garbage_only_raises_remote_protocol_errors(
     # Limits are enforced as soon as bytes prove them exceeded, so where the stream is cut
     # changes neither the events nor whether it fails.
     assert chunked == feed_bounded(fuzz_decoder(version), [data])
+    # Reading runs of plain ACKs keeps every limit and error, wherever the stream is cut.
+    events, failed = feed_bounded(with_ack_runs(fuzz_decoder(version)), chunks)
+    assert (flattened(events), failed) == (flattened(chunked[0]), chunked[1])

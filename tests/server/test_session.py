@@ -151,3 +151,59 @@ def test_message_headers_are_the_same_for_every_subscriber_and_version(
     if version == "1.2":
         assert one.headers["ack"] == f"1/{one.headers['message-id']}"
     assert "ack" not in two.headers
+
+
+def acks(*ids: str) -> bytes:
+    """Plain STOMP 1.2 ACK frames for `ids`, as one read."""
+    return b"".join(encode_frame(Frame("ACK", {"id": ack_id}), StompVersion.V1_2) for ack_id in ids)
+
+
+def bodies(frames: list[Frame]) -> list[bytes]:
+    return [frame.body for frame in frames]
+
+
+def test_a_read_of_acks_frees_the_window_once_all_are_handled(broker: Broker) -> None:
+    producer, consumer = Peer(broker), Peer(broker)
+    consumer.feed(
+        "SUBSCRIBE",
+        {"destination": "/queue/q", "id": "s", "ack": "client-individual", "prefetch-count": "2"},
+    )
+    for i in range(5):
+        producer.feed("SEND", {"destination": "/queue/q"}, b"%d" % i)
+    first = consumer.payload()
+    assert bodies(first) == [b"0", b"1"]
+    consumer.session.receive_data(acks(*(m.headers["ack"] for m in first)) + b"\n\r\n")
+    assert consumer.control() == []
+    assert consumer.session.frames_in == 1 + 1 + 2  # CONNECT, SUBSCRIBE and the two ACKs
+    second = consumer.payload()
+    assert bodies(second) == [b"2", b"3"]
+    # Acknowledged messages are gone; the one delivered and not acknowledged comes back.
+    consumer.session.receive_data(acks(second[0].headers["ack"]))
+    assert bodies(consumer.payload()) == [b"4"]
+    consumer.feed("DISCONNECT")
+    other = Peer(broker)
+    other.feed("SUBSCRIBE", {"destination": "/queue/q", "id": "t"})
+    assert sorted(bodies(other.payload())) == [b"3", b"4"]
+
+
+def test_a_run_of_acks_keeps_each_ones_meaning_and_stops_at_a_bad_one(broker: Broker) -> None:
+    producer, consumer = Peer(broker), Peer(broker)
+    consumer.feed("SUBSCRIBE", {"destination": "/queue/a", "id": "a", "ack": "client-individual"})
+    consumer.feed("SUBSCRIBE", {"destination": "/queue/b", "id": "b", "ack": "client"})
+    for name in ("a", "b"):
+        for i in range(3):
+            producer.feed("SEND", {"destination": f"/queue/{name}"}, b"%s%d" % (name.encode(), i))
+    delivered = {m.body.decode(): m.headers["ack"] for m in consumer.payload()}
+    assert len(delivered) == 6
+    # b1 acknowledges b0 as well (ack:client is cumulative); the unknown id ends the session
+    # and the ACK after it is never handled.
+    run = [delivered["a0"], delivered["b1"], delivered["a1"], "99/nothing", delivered["a2"]]
+    consumer.session.receive_data(acks(*run))
+    (error,) = consumer.control()
+    assert error.command == "ERROR"
+    assert b"'99/nothing'" in error.body
+    assert consumer.session.closing
+    for name, left in (("a", [b"a2"]), ("b", [b"b2"])):
+        other = Peer(broker)
+        other.feed("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s"})
+        assert bodies(other.payload()) == left

@@ -54,7 +54,9 @@ def main() -> int:
     port, work, mode = int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     drain = mode == "drain"
     spark = (
-        SparkSession.builder.master("local[2]")
+        # Two threads; a failed task is tried up to 4 times, as on a cluster (plain local[2]
+        # fails the query at a task's first failure): a retried task must not duplicate either.
+        SparkSession.builder.master("local[2,4]")
         .appName("sluiceway-crash")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

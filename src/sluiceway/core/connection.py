@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from sluiceway.core.cursors import CursorRead
@@ -387,6 +387,35 @@ class CoreConnection:
         else:
             self._transactions[transaction].add_ack(subscription, messages)
         return len(messages)
+
+    def ack_each(self, acks: Sequence[tuple[int, str] | None], start: int = 0) -> int:
+        """Acknowledge, from `acks[start]` on, messages delivered with ack:client-individual,
+        each named by (subscription number, message id), outside any transaction. Stop at the
+        first that is anything else (None, unknown, another ack mode, not awaiting
+        acknowledgement) and return its index (`len(acks)` when there is none). Each
+        subscription consumes its part at once, at the end."""
+        acked: dict[Subscription, list[Message]] = {}
+        by_number = self._by_number
+        index = start
+        while index < len(acks):
+            named = acks[index]
+            if named is None:
+                break
+            subscription = by_number.get(named[0])
+            if subscription is None or subscription.ack_mode is not AckMode.CLIENT_INDIVIDUAL:
+                break
+            message = subscription.unacked.pop(named[1], None)
+            if message is None:
+                break
+            messages = acked.get(subscription)
+            if messages is None:
+                acked[subscription] = [message]
+            else:
+                messages.append(message)
+            index += 1
+        for subscription, messages in acked.items():
+            subscription.consumed(messages)
+        return index
 
     def nack(self, subscription: Subscription, message_id: str, transaction: str | None) -> int:
         """Refuse `message_id` (cumulatively with ack:client): it is delivered again."""

@@ -3,7 +3,9 @@
 The decoder is fed bytes as they arrive (`FrameDecoder.receive_data`) and hands back complete
 events on request (`FrameDecoder.next_event`); the encoder turns a `Frame` into the bytes to send.
 Neither touches sockets, threads or an event loop, so the same code serves the broker, the client
-and the tests.
+and the tests. A server may ask for consecutive plain ACK frames as one `AckRun` event
+(`ack_runs`): the commonest frames a consumer sends, read by a pattern match each instead of a
+`Frame` each.
 
 Wire format (STOMP 1.2, "STOMP Frames" and "Augmented BNF"):
 
@@ -52,6 +54,7 @@ from sluiceway.errors import FrameLimitExceeded, LocalProtocolError, RemoteProto
 from sluiceway.protocol.frames import (
     HEARTBEAT,
     UNESCAPED_COMMANDS,
+    AckRun,
     Frame,
     HeartBeat,
     StompVersion,
@@ -74,6 +77,7 @@ _HEADER_LENGTH: Final = "imq.stomp.max_header_length"
 _LF: Final = 0x0A
 _CR: Final = 0x0D
 _NUL: Final = 0x00
+_A: Final = 0x41  # the first byte of an ACK
 
 # Once this many consumed bytes sit at the front of the buffer they are dropped; doing it per
 # frame would copy the rest of the buffer once per frame.
@@ -86,6 +90,10 @@ _QUOTE_LIMIT: Final = 40
 _IDLE: Final = 0  # between frames: EOLs are heart-beats, anything else starts a frame
 _HEAD: Final = 1  # reading the command line and the header lines
 _BODY: Final = 2  # reading the body up to its NUL
+
+# A plain ACK frame whole, then any EOLs (heart-beats) after it; %d: the id's longest length.
+# The id is printable ASCII without a backslash, so it holds no escape sequence.
+_PLAIN_ACK: Final = rb"ACK\nid:([\x20-\x5b\x5d-\x7e]{1,%d})\n\n\0(?:\r?\n)*"
 
 # Value decoding (STOMP 1.2 and 1.1, "Value Encoding"): the sequences each version defines.
 _UNESCAPES_1_2: Final = {"r": "\r", "n": "\n", "c": ":", "\\": "\\"}
@@ -127,6 +135,7 @@ class FrameDecoder:
     """
 
     __slots__ = (
+        "_acks",
         "_body_length",
         "_buf",
         "_command",
@@ -141,6 +150,7 @@ class FrameDecoder:
         "_scan",
         "_state",
         "_unescapes",
+        "ack_runs",
         "version",
     )
 
@@ -167,6 +177,12 @@ class FrameDecoder:
         self._unescapes: dict[str, str] | None = None
         self._body_length: int | None = None
         self._error: RemoteProtocolError | None = None
+        # A plain STOMP 1.2 ACK whole: its id within the header line and frame size limits.
+        longest = min(max_header_length - len("id:"), max_frame_size - len(b"ACK\nid:\n\n\0"))
+        self._acks = (
+            re.compile(_PLAIN_ACK % longest) if longest > 0 and max_header_count > 0 else None
+        )
+        self.ack_runs = False  # hand back a run of plain ACK frames as one AckRun
 
     @property
     def buffered(self) -> int:
@@ -190,7 +206,7 @@ class FrameDecoder:
             self._frame_start -= keep
         buf += data
 
-    def next_event(self) -> Frame | HeartBeat | None:
+    def next_event(self) -> Frame | HeartBeat | AckRun | None:
         """The next complete frame or heart-beat, or None when more bytes are needed."""
         if self._error is not None:
             raise self._error.with_traceback(None)
@@ -204,7 +220,7 @@ class FrameDecoder:
             self._error = exc
             raise
 
-    def _read_idle(self) -> Frame | HeartBeat | None:
+    def _read_idle(self) -> Frame | HeartBeat | AckRun | None:
         """Between frames: an EOL is a heart-beat, any other byte starts a frame."""
         buf = self._buf
         pos = self._pos
@@ -220,15 +236,35 @@ class FrameDecoder:
             if buf[pos + 1] == _LF:
                 self._pos = pos + 2
                 return HEARTBEAT
-        frame = self._read_whole(pos)
-        if frame is not None:
-            return frame
+        whole: Frame | AckRun | None = None
+        if first == _A and self.ack_runs:
+            whole = self._read_acks(pos)
+        if whole is None:
+            whole = self._read_whole(pos)
+        if whole is not None:
+            return whole
         self._state = _HEAD
         self._frame_start = self._scan = pos
         self._command = None
         self._headers = {}
         self._header_count = 0
         return self._read_head()
+
+    def _read_acks(self, pos: int) -> AckRun | None:
+        """The plain ACK frames from `pos` on, each whole and within every limit, or None when
+        the frame at `pos` is not one (it takes the general way)."""
+        pattern = self._acks
+        if pattern is None:
+            return None
+        buf = self._buf
+        ids = []
+        while (found := pattern.match(buf, pos)) is not None:
+            ids.append(found.group(1).decode("ascii"))
+            pos = found.end()
+        if not ids:
+            return None
+        self._pos = pos
+        return AckRun(ids)
 
     def _read_whole(self, pos: int) -> Frame | None:
         """The frame starting at `pos` in one step, when it has arrived whole and is plain: LF

@@ -68,3 +68,12 @@ class HeartBeat:
 
 
 HEARTBEAT = HeartBeat()
+
+
+@dataclass(frozen=True, slots=True)
+class AckRun:
+    """Consecutive plain ACK frames (the command and an `id` header alone), as their ids in
+    order: what a `FrameDecoder` with `ack_runs` on hands back for them instead of a `Frame` each.
+    A STOMP 1.2 consumer acknowledging message by message sends little else."""
+
+    ids: list[str]

@@ -49,8 +49,8 @@ from sluiceway.protocol.codec import FrameDecoder
 from sluiceway.protocol.frames import (
     BODY_COMMANDS,
     CLIENT_COMMANDS,
-    HEARTBEAT,
     SERVER_COMMANDS,
+    AckRun,
     Frame,
     StompVersion,
 )
@@ -195,10 +195,11 @@ class StompSession:
                 return
             if event is None:
                 return
-            if event is not HEARTBEAT:
-                assert isinstance(event, Frame)
+            if isinstance(event, Frame):
                 self.frames_in += 1
                 self._handle(event)
+            elif isinstance(event, AckRun):
+                self._ack_run(event.ids)
 
     @property
     def input_blocked(self) -> bool:
@@ -378,6 +379,8 @@ class StompSession:
         self.core.user = principal.user if principal is not None else None
         self.version, self.heartbeat, self.flow = version, heartbeat, flow
         self._decoder.version = version
+        # STOMP 1.2 ACKs name their delivery by one id: a run of them is acknowledged at once.
+        self._decoder.ack_runs = version is StompVersion.V1_2
         self.state = SessionState.CONNECTED
         reply = {
             "version": version.value,
@@ -548,6 +551,20 @@ class StompSession:
         subscription, message_id = self._acked(frame)
         self._connection().ack(subscription, message_id, frame.headers.get("transaction"))
         return None
+
+    def _ack_run(self, ids: list[str]) -> None:
+        """Plain STOMP 1.2 ACKs, in order: a stretch of them naming ack:client-individual
+        deliveries is acknowledged at once; any other takes the general way, which acknowledges
+        it or refuses it as it would any ACK."""
+        self.frames_in += len(ids)
+        core = self._connection()
+        named = [parse_ack_id(text) for text in ids]
+        index = 0
+        while index < len(ids) and not self.closing:
+            index = core.ack_each(named, index)
+            if index < len(ids):
+                self._handle(Frame("ACK", {"id": ids[index]}))
+                index += 1
 
     def _on_nack(self, frame: Frame) -> Extra:
         if readers.is_position_ack(frame):
