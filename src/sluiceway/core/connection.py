@@ -9,7 +9,7 @@ more, writing at most `imqConnectionFlowCount` payload frames before its control
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -139,7 +139,8 @@ class CoreConnection:
             return deliveries
         busy = self._busy
         now = self.clock.time_ms()
-        auto: dict[Subscription, list[Message]] = {}  # ack:auto messages, by subscription
+        # ack:auto messages taken, by subscription
+        auto: defaultdict[Subscription, list[Message]] = defaultdict(list)
         while busy and len(deliveries) < limit:
             subscription = busy.popleft()
             staged = subscription.staged
@@ -151,10 +152,7 @@ class CoreConnection:
                 continue
             deliveries.append(subscription.write(message))
             if subscription.ack_mode is AckMode.AUTO:
-                if subscription in auto:
-                    auto[subscription].append(message)
-                else:
-                    auto[subscription] = [message]
+                auto[subscription].append(message)
         for subscription, messages in auto.items():
             subscription.written(messages)  # consumed a take at a time
         return deliveries
@@ -389,12 +387,12 @@ class CoreConnection:
         return len(messages)
 
     def ack_each(self, acks: Sequence[tuple[int, str] | None], start: int = 0) -> int:
-        """Acknowledge, from `acks[start]` on, messages delivered with ack:client-individual,
-        each named by (subscription number, message id), outside any transaction. Stop at the
-        first that is anything else (None, unknown, another ack mode, not awaiting
-        acknowledgement) and return its index (`len(acks)` when there is none). Each
-        subscription consumes its part at once, at the end."""
-        acked: dict[Subscription, list[Message]] = {}
+        """Acknowledge, from `acks[start]` on, messages named by (subscription number, message
+        id), outside any transaction, each as `ack` would. Stop at the first that is anything
+        else (None, unknown, ack:auto, not awaiting acknowledgement) and return its index
+        (`len(acks)` when there is none): `ack` refuses it. Each subscription consumes its part
+        at once, at the end."""
+        acked: defaultdict[Subscription, list[Message]] = defaultdict(list)
         by_number = self._by_number
         index = start
         while index < len(acks):
@@ -402,16 +400,12 @@ class CoreConnection:
             if named is None:
                 break
             subscription = by_number.get(named[0])
-            if subscription is None or subscription.ack_mode is not AckMode.CLIENT_INDIVIDUAL:
+            if subscription is None or subscription.ack_mode is AckMode.AUTO:
                 break
-            message = subscription.unacked.pop(named[1], None)
-            if message is None:
+            selected = subscription.select(named[1])
+            if selected is None:
                 break
-            messages = acked.get(subscription)
-            if messages is None:
-                acked[subscription] = [message]
-            else:
-                messages.append(message)
+            acked[subscription] += selected
             index += 1
         for subscription, messages in acked.items():
             subscription.consumed(messages)

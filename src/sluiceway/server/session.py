@@ -553,9 +553,9 @@ class StompSession:
         return None
 
     def _ack_run(self, ids: list[str]) -> None:
-        """Plain STOMP 1.2 ACKs, in order: a stretch of them naming ack:client-individual
-        deliveries is acknowledged at once; any other takes the general way, which acknowledges
-        it or refuses it as it would any ACK."""
+        """Plain STOMP 1.2 ACKs, in order: a stretch of them naming messages awaiting
+        acknowledgement is acknowledged at once; any other takes the general way, which refuses
+        it as it would any ACK."""
         self.frames_in += len(ids)
         core = self._connection()
         named = [parse_ack_id(text) for text in ids]
