@@ -60,9 +60,10 @@ class DestinationStats:
         self.largest = 0  # bytes of the largest body accepted
 
     def received(self, message: Message) -> None:
+        size = len(message.body)
         self.msgs_in += 1
-        self.bytes_in += len(message.body)
-        self.largest = max(self.largest, len(message.body))
+        self.bytes_in += size
+        self.largest = max(self.largest, size)
 
     def delivered(self, message: Message) -> None:
         self.msgs_out += 1

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluiceway.config import BrokerConfig
+from sluiceway.core.message import Message
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +82,14 @@ class MemoryLedger:
         self.level = MemoryLevel.GREEN
         self.threshold = threshold  # swap point in bytes; 0: never swap
 
-    def add(self, cost: int) -> None:
-        self.used += cost
+    def hold(self, message: Message) -> None:
+        """`message` is now held in memory: count its cost (`message_cost`)."""
+        self.used += len(message.body) + MESSAGE_OVERHEAD
         self.peak = max(self.peak, self.used)
 
-    def remove(self, cost: int) -> None:
-        self.used -= cost
+    def let_go(self, message: Message) -> None:
+        """`message` is no longer held in memory."""
+        self.used -= len(message.body) + MESSAGE_OVERHEAD
 
     @property
     def over(self) -> bool:

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Final, Protocol
 
-from sluiceway.core.memory import MemoryLedger, message_cost
+from sluiceway.core.memory import MemoryLedger
 from sluiceway.core.message import Message
 from sluiceway.core.records import decode_message, encode_message
 from sluiceway.store.swap import SwapRef
@@ -116,13 +116,13 @@ class PendingList:
         of its subscribers, sharing one body: the ledger counts it once, for the first list."""
         message.resident += 1
         if message.resident == 1:
-            self._ledger.add(message_cost(len(message.body)))
+            self._ledger.hold(message)
 
     def _let_go(self, message: Message) -> None:
         """`message` left this list's memory (taken, spilled, expired, cleared)."""
         message.resident -= 1
         if message.resident == 0:
-            self._ledger.remove(message_cost(len(message.body)))
+            self._ledger.let_go(message)
 
     # -- adding and taking -----------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ from sluiceway.core.limits import (
     check_system,
     destination_verdict,
 )
-from sluiceway.core.memory import MESSAGE_OVERHEAD, MemoryLevel, SystemCounts, message_cost
+from sluiceway.core.memory import MESSAGE_OVERHEAD, MemoryLevel, SystemCounts
 from sluiceway.core.message import Message
 from sluiceway.core.throttle import Throttle
 from sluiceway.errors import BrokerError, ResourceFull
@@ -159,9 +159,9 @@ class ProducerControl:
             return Admission(Verdict.HOLD, self._throttle_error(destination))
         if self._ledger.level is MemoryLevel.RED:
             return Admission(Verdict.HOLD, self._memory_error("producers wait"))
-        path = destination.name.path
+        path, size = destination.name.path, message.size
         try:
-            check_system(path, message.size, self._config, self._context.system)
+            check_system(path, size, self._config, self._context.system)
         except BrokerError as exc:
             # Kept, not raised here: its traceback would keep this frame (and the message)
             # alive in a reference cycle until the garbage collector runs.
@@ -169,7 +169,7 @@ class ProducerControl:
         settings = destination.settings
         return destination_verdict(
             path,
-            message.size,
+            size,
             destination.fullness(),
             max_count=settings.max_num_msgs,
             max_bytes=settings.max_total_msg_bytes,
@@ -306,13 +306,13 @@ class ProducerControl:
             self._order[connection] = None
             log.debug("connection %d held: %s", connection.number, reason)
         connection.held.append(send)
-        self._ledger.add(message_cost(message.size))
+        self._ledger.hold(message)
         destination.held_sends += 1
         return send
 
     def _unhold(self, send: HeldSend) -> None:
         """`send` leaves the holding area (released, refused, or dropped)."""
-        self._ledger.remove(message_cost(send.message.size))
+        self._ledger.let_go(send.message)
         send.destination.held_sends -= 1
         self.hold_times.observe(self._clock.monotonic() - send.since)
 

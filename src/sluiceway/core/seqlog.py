@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 
-from sluiceway.core.memory import message_cost
 from sluiceway.core.message import Message
 from sluiceway.core.pending import Chunk, decode_chunk, encode_chunk
 from sluiceway.core.spilling import SpillingRun
@@ -62,7 +61,7 @@ class SeqLog(SpillingRun):
         trimmed: list[Message] = []
         while self._head and self._head[0].seq < below_seq:
             message = self._head.popleft()
-            self._ledger.remove(message_cost(len(message.body)))
+            self._ledger.let_go(message)
             trimmed.append(message)
         while self._chunks and not self._head and self._chunks[0].first_seq < below_seq:
             self._trim_chunk(below_seq, trimmed)
@@ -70,7 +69,7 @@ class SeqLog(SpillingRun):
             while self._filling and self._filling[0].seq < below_seq:
                 message = self._filling.pop(0)
                 self._filling_bytes -= len(message.body)
-                self._ledger.remove(message_cost(len(message.body)))
+                self._ledger.let_go(message)
                 trimmed.append(message)
         self._count -= len(trimmed)
         self._bytes -= sum(len(m.body) for m in trimmed)

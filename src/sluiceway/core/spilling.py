@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
-from sluiceway.core.memory import MemoryLedger, message_cost
+from sluiceway.core.memory import MemoryLedger
 from sluiceway.core.message import Message
 from sluiceway.core.pending import (
     CHUNK_BYTES,
@@ -68,7 +68,7 @@ class SpillingRun:
     def append(self, message: Message) -> None:
         self._count += 1
         self._bytes += message.size
-        self._ledger.add(message_cost(message.size))
+        self._ledger.hold(message)
         if self._spill is not None and (self._chunks or self._filling or self._ledger.over):
             self._filling.append(message)
             self._filling_bytes += message.size
@@ -82,7 +82,7 @@ class SpillingRun:
         messages, self._filling, self._filling_bytes = self._filling, [], 0
         self._chunks.append(Chunk(self._spill.write(encode_chunk(messages)), messages))
         for message in messages:
-            self._ledger.remove(message_cost(message.size))
+            self._ledger.let_go(message)
 
     def _load(self, chunk: Chunk) -> list[Message]:
         """A spilled chunk's messages, read back (the chunk stays where it is)."""
@@ -118,7 +118,7 @@ class SpillingRun:
         self._bytes -= sum(message.size for message in run)
         if counted:
             for message in run:
-                self._ledger.remove(message_cost(message.size))
+                self._ledger.let_go(message)
         return run
 
     def drain(self) -> Iterator[list[Message]]:
@@ -140,7 +140,7 @@ class SpillingRun:
     def discard(self) -> None:
         """Drop every message; spilled chunks are freed without being read."""
         for message in (*self._head, *self._filling):
-            self._ledger.remove(message_cost(message.size))
+            self._ledger.let_go(message)
         if self._spill is not None:
             for chunk in self._chunks:
                 self._spill.free(chunk.ref)

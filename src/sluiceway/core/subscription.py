@@ -22,7 +22,6 @@ from sluiceway.core.flow import (
     ConsumerWindow,
     destination_window,
 )
-from sluiceway.core.memory import message_cost
 from sluiceway.core.message import Message
 from sluiceway.core.pending import PRIORITY_LEVELS
 
@@ -125,7 +124,7 @@ class Subscription:
     def stage(self, message: Message) -> None:
         """The destination gives this subscription `message` (counted in the memory ledger
         until it leaves the subscription)."""
-        self.destination.context.ledger.add(message_cost(message.size))
+        self.destination.context.ledger.hold(message)
         self.window.take()
         if self.window.paused:
             self.paused_since = self.connection.clock.monotonic()
@@ -154,7 +153,7 @@ class Subscription:
         count = 0
         ledger = self.destination.context.ledger
         for message in messages:
-            ledger.remove(message_cost(message.size))
+            ledger.let_go(message)
             self.forget(message)
             self.destination.consumed(message)
             count += 1
@@ -170,13 +169,13 @@ class Subscription:
             return
         ledger = self.destination.context.ledger
         for message in messages:
-            ledger.remove(message_cost(message.size))
+            ledger.let_go(message)
         self.return_to_source(messages, delivered=delivered)
         self.release(len(messages))
 
     def drop_expired(self, message: Message) -> None:
         """A staged message expired before it could be written: never deliver it."""
-        self.destination.context.ledger.remove(message_cost(message.size))
+        self.destination.context.ledger.let_go(message)
         self.destination.expired(message)
         self.release(1)
 
@@ -469,7 +468,7 @@ class _Browser(Subscription):
 
     def write(self, message: Message) -> Delivery:
         # Browsing consumes nothing: the window is released as the message is written.
-        self.destination.context.ledger.remove(message_cost(message.size))
+        self.destination.context.ledger.let_go(message)
         self.release(1)
         return Delivery(self, message, message.delivery_count)
 

@@ -230,7 +230,9 @@ def send_request(frame: Frame, max_header_count: int) -> SendRequest:
         expires=integer(frame, "expires", 0, minimum=0),
         persistent=boolean(frame, "persistent", False),
         transaction=frame.headers.get("transaction"),
-        headers=tuple(
+        headers=()
+        if frame.headers.keys() <= RESERVED_SEND_HEADERS  # (the usual case: none of its own)
+        else tuple(
             (name, value)
             for name, value in frame.headers.items()
             if name not in RESERVED_SEND_HEADERS

@@ -9,6 +9,7 @@ and `content-length`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Final
 
 from sluiceway.core.message import Message
@@ -44,6 +45,10 @@ _BROKER_NAMES: Final = frozenset(
 )  # fmt: skip
 
 
+# Subscription ids and destination names recur on every MESSAGE: escaped once each.
+_escape_name: Final = lru_cache(maxsize=4096)(escape_value)
+
+
 def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
     """The MESSAGE for `delivery`. In STOMP 1.2 the headers that are the same for every
     delivery of the message are encoded once (and kept on a topic's message for its other
@@ -61,7 +66,7 @@ def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
     if subscription.ack_mode is not AckMode.AUTO:
         ack = f"ack:{subscription.number}{ACK_SEPARATOR}{message_id}\n"
     head = (
-        f"MESSAGE\nsubscription:{escape_value(subscription.id)}\nmessage-id:{message_id}\n"
+        f"MESSAGE\nsubscription:{_escape_name(subscription.id)}\nmessage-id:{message_id}\n"
         f"{ack}redelivered:{'true' if count > 1 else 'false'}\ndelivery-count:{count}\n"
     )
     try:
@@ -77,7 +82,7 @@ def _message_wire(message: Message) -> tuple[str, bytes] | None:
     if not message.headers:
         # No header of the producer's (the usual case): written directly.
         tail = (
-            f"destination:{escape_value(message.destination.path)}\n"
+            f"destination:{_escape_name(message.destination.path)}\n"
             f"priority:{message.priority}\n"
             f"persistent:{'true' if message.persistent else 'false'}\n"
             f"expires:{message.expires}\ntimestamp:{message.timestamp}\n"
