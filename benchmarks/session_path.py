@@ -10,6 +10,12 @@ way it moves far less from run to run than the socket benchmarks, so it shows wh
 the broker's own code is worth.
 
     .venv/bin/python benchmarks/session_path.py [--scenario queue|persistent|topic] [--messages N]
+    .venv/bin/python benchmarks/session_path.py --instructions [--scenario ...] [--messages N]
+
+`--instructions` counts instead of timing: it runs the path under valgrind (`apt-get install
+valgrind`) once with N messages and once with none, each after the same warm-up, and prints the
+difference per message. A machine's other work does not change that count, so it shows a change
+worth a few percent that the timings cannot tell from noise.
 
 Scenarios: `queue` (non-persistent, client-individual acks), `persistent` (persistent, a
 receipt per SEND, client-individual acks), `topic` (non-persistent, four ack:auto subscribers;
@@ -20,7 +26,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Final
@@ -36,6 +45,8 @@ BODY: Final = b"x" * 1024
 ROUNDS: Final = 5
 EVERYTHING: Final = 10**18  # a journal position past any: every control frame may go
 ACK_ID: Final = re.compile(rb"\nack:([^\n]*)\n")
+WARM_UP: Final = 2_000  # messages before the counted pass (--instructions)
+INSTRUCTIONS: Final = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
 class SessionPath:
@@ -91,8 +102,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", choices=("queue", "persistent", "topic"), default="queue")
     parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions (valgrind) instead"
+    )
+    # One pass of N messages after WARM_UP, nothing printed: what --instructions counts.
+    parser.add_argument("--single-pass", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args()
     messages = max(READ, args.messages // READ * READ)
+    if args.instructions:
+        count_instructions(args.scenario, messages)
+        return
     with tempfile.TemporaryDirectory() as directory:
         config = load_config(
             None,
@@ -102,6 +121,11 @@ def main() -> None:
         try:
             broker, _ = storage.open_broker()
             path = SessionPath(broker, args.scenario)
+            if args.single_pass is not None:
+                path.run(WARM_UP)
+                tune_collector()
+                path.run(args.single_pass // READ * READ)
+                return
             path.run(messages // 4)  # warm up: destinations created, caches filled
             tune_collector()  # as a running broker does
             rounds = []
@@ -118,6 +142,30 @@ def main() -> None:
         f"{args.scenario}: {statistics.median(rounds):.1f} microseconds of CPU per message "
         f"(median of {ROUNDS} rounds of {messages}; best {min(rounds):.1f})"
     )
+
+
+def count_instructions(scenario: str, messages: int) -> None:
+    """Print the instructions per message: a pass of `messages` counted by valgrind, less a
+    pass of none (start-up, set-up and warm-up are the same in both)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind: apt-get install valgrind")
+    counts = []
+    for count in (0, messages):
+        command = [
+            valgrind,
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--cachegrind-out-file=/dev/null",
+        ]
+        command += [sys.executable, __file__, "--scenario", scenario, "--single-pass", str(count)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        found = INSTRUCTIONS.search(done.stderr)
+        if done.returncode != 0 or found is None:
+            raise SystemExit(f"valgrind failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        counts.append(int(found.group(1).replace(",", "")))
+    per_message = (counts[1] - counts[0]) / messages
+    print(f"{scenario}: {per_message:,.0f} instructions per message (a pass of {messages})")
 
 
 if __name__ == "__main__":

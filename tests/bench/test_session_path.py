@@ -3,6 +3,8 @@ checks that every message went out to every consumer."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,3 +26,34 @@ def test_each_scenario_reports_its_cost_per_message(scenario: str) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"{scenario}: ")
     assert "microseconds of CPU per message (median of 5 rounds of 400;" in done.stdout
+
+
+def test_a_single_pass_runs_quietly() -> None:
+    """What --instructions has valgrind count: a warm-up and one pass, nothing printed."""
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--scenario", "queue", "--single-pass", "200"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr
+
+
+@pytest.mark.skipif(
+    shutil.which("valgrind") is None, reason="needs valgrind (apt-get install valgrind)"
+)
+def test_instructions_are_counted_per_message() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--instructions", "--scenario", "queue", "--messages", "200"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    found = re.fullmatch(
+        r"queue: ([\d,]+) instructions per message \(a pass of 200\)\n", done.stdout
+    )
+    assert found is not None, done.stdout
+    assert int(found.group(1).replace(",", "")) > 1_000  # a message is thousands of steps
