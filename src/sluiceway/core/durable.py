@@ -41,8 +41,9 @@ class DurableState:
         self.selector = selector
         self.cursor = record.start_seq  # the next sequence number to read from the log
         self.redeliver: list[Message] = []  # given back, by seq; delivered before the log's
-        # Read from the log, not yet given out: at most LOOKAHEAD at a time.
-        self.lookahead: deque[Message] = deque()
+        # Read from the log, not yet given out: at most LOOKAHEAD at a time (refilled only
+        # when empty, with at most LOOKAHEAD: the maxlen never drops anything).
+        self.lookahead: deque[Message] = deque(maxlen=LOOKAHEAD)
         self.acked_ahead: set[int] = set()  # acknowledged above the cursor (after a restart)
         self.deliveries: dict[int, int] = {}  # seq -> deliveries, while unacknowledged
         self.active: DurableSubscription | None = None

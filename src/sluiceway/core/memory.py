@@ -83,13 +83,13 @@ class MemoryLedger:
         self.threshold = threshold  # swap point in bytes; 0: never swap
 
     def hold(self, message: Message) -> None:
-        """`message` is now held in memory: count its cost (`message_cost`)."""
-        self.used += len(message.body) + MESSAGE_OVERHEAD
+        """`message` is now held in memory: count its cost."""
+        self.used += message_cost(len(message.body))
         self.peak = max(self.peak, self.used)
 
     def let_go(self, message: Message) -> None:
         """`message` is no longer held in memory."""
-        self.used -= len(message.body) + MESSAGE_OVERHEAD
+        self.used -= message_cost(len(message.body))
 
     @property
     def over(self) -> bool:

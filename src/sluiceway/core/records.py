@@ -31,6 +31,7 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final
 
 from sluiceway.core.message import Message
@@ -94,17 +95,9 @@ def _text(value: str) -> bytes:
     return _U16.pack(len(data)) + data
 
 
-_ENCODED_NAMES: dict[DestinationName, bytes] = {}  # recently used names, encoded
-_ENCODED_NAMES_MAX: Final = 4096
-
-
+@lru_cache(maxsize=4096)  # a few names carry most records: each encoded once
 def _destination(name: DestinationName) -> bytes:
-    data = _ENCODED_NAMES.get(name)
-    if data is None:
-        if len(_ENCODED_NAMES) >= _ENCODED_NAMES_MAX:
-            _ENCODED_NAMES.clear()
-        data = _ENCODED_NAMES[name] = _U8.pack(_KIND_CODES[name.kind]) + _text(name.name)
-    return data
+    return _U8.pack(_KIND_CODES[name.kind]) + _text(name.name)
 
 
 def encode_message(message: Message) -> bytes:
