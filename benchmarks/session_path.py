@@ -34,7 +34,7 @@ import tempfile
 import time
 from typing import Final
 
-from sluiceway.cli.main import tune_collector
+from sluiceway.collector import tune_collector
 from sluiceway.config import load_config
 from sluiceway.core.broker import Broker
 from sluiceway.server.session import StompSession

@@ -21,6 +21,7 @@ from multiprocessing.synchronize import Event
 
 from sluiceway.bench.accounting import LatencyHistogram, SequenceBitmap, Series
 from sluiceway.bench.stream import READ_CHUNK, Refused, StompStream
+from sluiceway.collector import tune_collector
 from sluiceway.protocol.frames import Frame
 
 # Prefetch (how many unacknowledged messages the broker may send one subscription), under each
@@ -126,6 +127,7 @@ def body_for(producer_id: int, seq: int, size: int, padding: bytes) -> bytes:
 
 def producer_main(spec: ProducerSpec, shared: Shared, slot: int) -> None:
     result = ProducerResult(spec.producer_id)
+    tune_collector()
     try:
         asyncio.run(_produce(spec, shared, slot, result))
     except (OSError, Refused, RuntimeError) as exc:
@@ -254,6 +256,7 @@ async def _send_all(
 def consumer_main(spec: ConsumerSpec, shared: Shared) -> None:
     result = ConsumerResult(spec.consumer_id)
     tally = Tally(spec, result)
+    tune_collector()
     try:
         asyncio.run(_consume(spec, shared, tally))
     except (OSError, Refused, RuntimeError) as exc:
