@@ -227,6 +227,12 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float) -
 @contextmanager
 def running(broker: Broker, properties: tuple[str, ...]) -> Iterator[int]:
     """Start `broker` with a fresh state directory; yield the pid listening on its port."""
+    if holder := listening_pid(broker.port):
+        # Otherwise the run would measure that process, started for some other purpose.
+        raise RuntimeError(
+            f"port {broker.port}, where {broker.name} is to listen, is already taken by process"
+            f" {holder}: stop it and run again"
+        )
     with tempfile.TemporaryDirectory(prefix=f"compare-{broker.name}-") as state:
         log = open(Path(state) / "console.log", "wb")  # noqa: SIM115  (closed below)
         process = subprocess.Popen(
@@ -237,7 +243,12 @@ def running(broker: Broker, properties: tuple[str, ...]) -> Iterator[int]:
         )
         try:
             wait_for_port(broker.port, process, START_TIMEOUT)
-            yield listening_pid(broker.port)
+            pid = listening_pid(broker.port)
+            if pid and os.getpgid(pid) != process.pid:  # another process took the port meanwhile
+                raise RuntimeError(
+                    f"port {broker.port} answered from process {pid}, not the broker"
+                )
+            yield pid
         finally:
             stop(process)
             log.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import socket
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ import pytest
 
 from sluiceway.bench import workers
 from sluiceway.collector import GC_YOUNG_THRESHOLD
+from tests.cli.support import free_port
 
 
 def test_tune_collector_freezes_what_is_alive_and_collects_the_youngest_less_often() -> None:
@@ -27,20 +27,13 @@ def test_tune_collector_freezes_what_is_alive_and_collects_the_youngest_less_oft
     assert int(frozen) > 1000  # the modules loaded so far, at the least
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 def test_the_generators_processes_tune_the_collector_before_they_connect(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[str] = []
     monkeypatch.setattr(workers, "tune_collector", lambda: calls.append("tuned"))
     context = multiprocessing.get_context("spawn")
-    target = workers.Target("127.0.0.1", closed_port())
+    target = workers.Target("127.0.0.1", free_port())
     shared = workers.Shared(
         sent=[0], received=[0], ready=[0, 0], go=context.Event(), stop=context.Event(),
         results=context.Queue(),

@@ -5,6 +5,8 @@ comparison itself is run by hand: `./dev bench compare`.)"""
 from __future__ import annotations
 
 import importlib.util
+import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +14,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.cli.support import free_port
 
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "compare.py"
 
@@ -88,3 +92,25 @@ def test_the_table_replaces_only_what_is_between_the_markers(
     monkeypatch.setattr(compare, "README", readme)
     compare.write_readme("new table\n")
     assert readme.read_text() == f"before\n{compare.BEGIN}\nnew table\n{compare.END}\nafter\n"
+
+
+def test_a_taken_port_stops_the_run_instead_of_measuring_whoever_holds_it(
+    compare: ModuleType,
+) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        broker = compare.Broker("sluiceway", squatter.getsockname()[1], ("", ""))
+        taken = pytest.raises(RuntimeError, match=f"already taken by process {os.getpid()}")
+        with taken, compare.running(broker, ()):
+            pytest.fail("the run went on")
+
+
+def test_the_pid_measured_is_the_started_brokers(compare: ModuleType) -> None:
+    broker = compare.Broker("sluiceway", free_port(), ("", ""))
+    with compare.running(broker, ()) as pid:
+        assert pid != 0
+        assert pid != os.getpid()
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=5):
+            pass
+    assert compare.listening_pid(broker.port) == 0  # stopped with the run
