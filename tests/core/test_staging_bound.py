@@ -1,4 +1,5 @@
-"""A subscription's staged messages never outgrow its window (or UNLIMITED_STAGING without one).
+"""A subscription's staged messages never outgrow its window (or UNLIMITED_STAGING without one),
+and a connection's turn order lists each subscription with staged messages once.
 
 `Subscription.staged` is a deque without `maxlen` on purpose: a maxlen would drop a message
 silently if the bound were ever broken, and a check that raised inside dispatch would lose the
@@ -127,6 +128,15 @@ class Staging(RuleBasedStateMachine):
                 )
                 if subscription.window.limit > 0:
                     assert subscription.window.outstanding <= subscription.window.limit
+
+    @invariant()
+    def busy_lists_each_subscription_with_staged_messages_once(self) -> None:
+        # A connection's turn order: bounded by its subscriptions, none twice.
+        for client in self.clients:
+            busy = list(client.connection._busy)
+            staged = [s for s in client.connection.subscriptions.values() if s.staged]
+            assert len(busy) == len(set(busy))
+            assert set(busy) == set(staged)
 
     @invariant()
     def no_queue_message_lost(self) -> None:

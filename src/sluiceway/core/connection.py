@@ -63,7 +63,9 @@ class CoreConnection:
         self.subscriptions: dict[str, Subscription] = {}
         self._by_number: dict[int, Subscription] = {}
         self._next_subscription = 0
-        self._busy: deque[Subscription] = deque()  # subscriptions with staged messages, in turn
+        # Subscriptions with staged messages, in turn: each at most once (added when its first
+        # message is staged, dropped when its last is taken), so never more than it has.
+        self._busy: deque[Subscription] = deque()
         self._transactions: dict[str, Transaction] = {}
         self._on_ready = on_ready
         self.outstanding = 0  # messages given to this connection's subscriptions, not consumed
