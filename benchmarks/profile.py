@@ -13,7 +13,9 @@ For each scenario, writes to benchmarks/profiles/:
         [--rate 250] [--scale 1.0]
 
 Needs py-spy (`pip install -e '.[bench]'`, which ./dev bench does) and the right to trace the
-broker (root, or ptrace_scope 0).
+broker (root, or ptrace_scope 0). The broker profiled runs its per-message path as Python source
+(SLUICEWAY_PURE_PYTHON=1): py-spy sees no frames inside the compiled modules. The shares are
+those of the source; the compiled build spends less in each, and not in the same proportions.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import sys
 from pathlib import Path
 
 from compare import BROKERS, SCENARIOS, bench, running
+
+from sluiceway.compiled import PURE_VARIABLE
 
 PROFILES = Path(__file__).parent / "profiles"
 # Samples that are not the event loop's work: waiting in epoll, and the journal's sync thread.
@@ -96,6 +100,7 @@ def main() -> None:
     if py_spy is None:
         sys.exit("profile.py: py-spy is not installed (pip install -e '.[bench]')")
     PROFILES.mkdir(exist_ok=True)
+    os.environ[PURE_VARIABLE] = "1"  # inherited by the broker: see the module's docstring
     for key in args.scenarios.split(","):
         profile(key, args.rate, args.scale, py_spy)
 

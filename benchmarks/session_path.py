@@ -34,6 +34,7 @@ import tempfile
 import time
 from typing import Final
 
+from sluiceway import BUILD
 from sluiceway.collector import tune_collector
 from sluiceway.config import load_config
 from sluiceway.core.broker import Broker
@@ -140,7 +141,7 @@ def main() -> None:
         raise SystemExit(f"{delivered} MESSAGE frames went out, {expected} expected")
     print(
         f"{args.scenario}: {statistics.median(rounds):.1f} microseconds of CPU per message "
-        f"(median of {ROUNDS} rounds of {messages}; best {min(rounds):.1f})"
+        f"(median of {ROUNDS} rounds of {messages}; best {min(rounds):.1f}; {BUILD.reason})"
     )
 
 

@@ -44,6 +44,7 @@ class RawClient:
         self.messages: deque[Frame] = deque()  # MESSAGE frames received and not yet taken
         self.other: deque[Frame] = deque()  # RECEIPT, ERROR, CONNECTED frames not yet taken
         self.heartbeats = 0
+        self.wire: bytearray | None = None  # every byte received, once a test sets it
         self.closed = False
         self._ids = itertools.count(1)
 
@@ -103,6 +104,8 @@ class RawClient:
         if not data:
             self.closed = True
             raise ConnectionClosed("the broker closed the connection")
+        if self.wire is not None:
+            self.wire += data
         self.decoder.receive_data(data)
         while (event := self.decoder.next_event()) is not None:
             if event is HEARTBEAT:

@@ -17,7 +17,7 @@ import pytest
 import stomp
 
 from sluiceway.core.flow import DEFAULT_CONNECTION_FLOW_COUNT, DEFAULT_CONNECTION_FLOW_LIMIT
-from sluiceway.protocol.codec import FrameDecoder, encode_frame
+from sluiceway.protocol.codec import encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
 from sluiceway.testing import BrokerThread
 from tests.e2e.conftest import BrokerFactory, ClientFactory
@@ -58,24 +58,13 @@ def dial() -> Iterator[Dialer]:
         client.close()
 
 
-class RecordingDecoder(FrameDecoder):
-    """A FrameDecoder that also keeps every byte it was given, to check what was on the wire."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.wire = bytearray()
-
-    def receive_data(self, data: bytes) -> None:
-        self.wire += data
-        super().receive_data(data)
-
-
-def wire_client(dial: Dialer, port: int, version: str) -> tuple[RawClient, RecordingDecoder]:
+def wire_client(dial: Dialer, port: int, version: str) -> tuple[RawClient, bytearray]:
+    """A client connected with `version` that keeps every byte it receives, to check what was
+    on the wire."""
     client = dial(port)
-    decoder = RecordingDecoder()
-    client.decoder = decoder
+    wire = client.wire = bytearray()
     client.connect(version)
-    return client, decoder
+    return client, wire
 
 
 def open_raw(client: RawClient, command: str, headers: dict[str, str]) -> Frame:
@@ -309,26 +298,26 @@ def test_stomp_py_disconnect_receipt_then_close(broker: BrokerThread) -> None:
 def test_escaped_headers_reach_a_1_2_consumer_intact(broker: BrokerThread, dial: Dialer) -> None:
     producer = dial(broker.port)
     producer.connect("1.2")
-    consumer, decoder = wire_client(dial, broker.port, "1.2")
+    consumer, wire = wire_client(dial, broker.port, "1.2")
     consumer.subscribe("/queue/esc")
     producer.request("SEND", {"destination": "/queue/esc", "tricky": TRICKY_1_2, "odd:name": "v"})
     (message,) = consumer.receive(1)
     assert message.headers["tricky"] == TRICKY_1_2
     assert message.headers["odd:name"] == "v"
-    assert b"\ntricky:a\\cb\\nc\\\\d\\re\n" in decoder.wire
-    assert b"\nodd\\cname:v\n" in decoder.wire
+    assert b"\ntricky:a\\cb\\nc\\\\d\\re\n" in wire
+    assert b"\nodd\\cname:v\n" in wire
 
 
 def test_escaped_headers_reach_a_1_1_consumer_intact(broker: BrokerThread, dial: Dialer) -> None:
     producer = dial(broker.port)
     producer.connect("1.1")
-    consumer, decoder = wire_client(dial, broker.port, "1.1")
+    consumer, wire = wire_client(dial, broker.port, "1.1")
     consumer.subscribe("/queue/esc11")
     producer.request("SEND", {"destination": "/queue/esc11", "tricky": TRICKY_1_1, "odd:n": "v"})
     (message,) = consumer.receive(1)
     assert message.headers["tricky"] == TRICKY_1_1
     assert message.headers["odd:n"] == "v"
-    assert b"\ntricky:a\\cb\\nc\\\\d\n" in decoder.wire
+    assert b"\ntricky:a\\cb\\nc\\\\d\n" in wire
 
 
 @pytest.mark.parametrize(

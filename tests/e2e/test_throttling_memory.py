@@ -68,17 +68,15 @@ class TickCounter:
     """Counts the broker's periodic ticks, so a test can wait for one that ran entirely after
     something it did (the tick is what reviews throttling)."""
 
-    def __init__(self, broker: BrokerThread, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, broker: BrokerThread) -> None:
         self._broker = broker
         self.count = 0
-        owner = core(broker)
-        original = owner.tick
+        services = broker.services
+        assert services is not None
+        broker.call(lambda: services.every_tick(self._ticked))  # runs after the broker's tick
 
-        def tick() -> None:
-            original()
-            self.count += 1
-
-        monkeypatch.setattr(owner, "tick", tick)
+    def _ticked(self) -> None:
+        self.count += 1
 
     def wait_for_next(self) -> None:
         """Wait for a tick that started after this call (read on the broker's loop, so no tick
@@ -87,9 +85,16 @@ class TickCounter:
         wait_until(lambda: self.count > seen)
 
 
-def stop_ticks(broker: BrokerThread, monkeypatch: pytest.MonkeyPatch) -> None:
-    """From now on the periodic review does nothing: only consumption can release a SEND."""
-    monkeypatch.setattr(core(broker), "tick", lambda: None)
+def stop_ticks(broker: BrokerThread) -> None:
+    """From now on there is no periodic review: only consumption can release a SEND."""
+    services = broker.services
+    assert services is not None
+
+    def stop() -> None:  # on the broker's loop: no tick is half done, none is due after it
+        if services._tick is not None:
+            services._tick.cancel()
+
+    broker.call(stop)
 
 
 def fill(client: RawClient, path: str, count: int, body: bytes = b"x") -> None:
@@ -115,11 +120,11 @@ def throttle_slow_queue(broker: BrokerThread, clients: ClientFactory) -> tuple[A
 
 
 def test_throttled_send_waits_for_a_consumer_to_drain_below_threshold_minus_lag(
-    make_broker: BrokerFactory, clients: ClientFactory, monkeypatch: pytest.MonkeyPatch
+    make_broker: BrokerFactory, clients: ClientFactory
 ) -> None:
     broker = make_broker(THROTTLING)
     producer, recorder = throttle_slow_queue(broker, clients)
-    stop_ticks(broker, monkeypatch)
+    stop_ticks(broker)
     producer.send("/queue/slow", "held", headers={"receipt": "held-send"})
     wait_until(lambda: bool(held(broker)))
     (info,) = held(broker)
@@ -177,10 +182,10 @@ def test_throttled_send_waits_for_a_consumer_to_drain_below_threshold_minus_lag(
 
 
 def test_a_backlog_is_not_throttled_while_the_broker_is_under_its_threshold(
-    make_broker: BrokerFactory, monkeypatch: pytest.MonkeyPatch
+    make_broker: BrokerFactory,
 ) -> None:
     broker = make_broker(THROTTLING)
-    ticks = TickCounter(broker, monkeypatch)
+    ticks = TickCounter(broker)
     producer, recorder = connect(broker.port)
     for i in range(25):  # 25 undelivered, far over 10; but the broker holds only 25 <= 30
         producer.send("/queue/backlog", f"{i}")

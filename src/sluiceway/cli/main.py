@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sluiceway import __version__
+from sluiceway import BUILD, __version__
 from sluiceway.analysis import command as analyze
 from sluiceway.bench import command as bench
 from sluiceway.cli import cmd
@@ -133,6 +133,7 @@ async def _serve(config: BrokerConfig, storage: Storage) -> None:
     await services.start()
     tune_collector()
     log.info("Sluiceway %s ready: %s", __version__, services.ready_line())
+    log.log(logging.WARNING if BUILD.warn else logging.INFO, "per-message path: %s", BUILD.reason)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

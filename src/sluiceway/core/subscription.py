@@ -45,14 +45,6 @@ class MessageFilter(Protocol):
     def matches(self, message: Message) -> bool: ...
 
 
-class Delivery(NamedTuple):
-    """One message written to one subscription; `delivery_count` is 1 on the first delivery."""
-
-    subscription: Subscription
-    message: Message
-    delivery_count: int
-
-
 class Subscription:
     """Base of queue and topic subscriptions."""
 
@@ -250,6 +242,14 @@ class Subscription:
 
     def note_delivery(self, message: Message) -> None:
         """`message` was written and awaits acknowledgement (the store may want to know)."""
+
+
+class Delivery(NamedTuple):
+    """One message written to one subscription; `delivery_count` is 1 on the first delivery."""
+
+    subscription: Subscription
+    message: Message
+    delivery_count: int
 
 
 PACE_WEIGHT = 0.2  # of each new sample in a consumer's moving average of time per message

@@ -116,6 +116,7 @@ class StompProtocol(asyncio.Protocol):
             on_ready=self._schedule_pump,
             on_control=self._schedule_control,
             peer=peer,
+            gate=self._server.gate,
         )
         self._server.connection_opened(self)
         self._later("connect", config.connect_timeout_ms / 1000, self._check_connected)

@@ -26,7 +26,7 @@ from sluiceway.admin.metrics import MetricsSampler
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.errors import ConfigError
-from sluiceway.security.access import check_security_files
+from sluiceway.security.access import Gate, check_security_files
 from sluiceway.server.connection import ConnectionInfo, Traffic
 from sluiceway.server.stomp_server import StompServer
 from sluiceway.server.tls import server_context
@@ -65,7 +65,8 @@ class Services:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.config: BrokerConfig = broker.config
-        self.stomp = StompServer(broker, "stomp")
+        self.gate = Gate(self.config) if self.config.authentication else None
+        self.stomp = StompServer(broker, "stomp", self.gate)
         self.listeners: list[Listener] = [self.stomp]
         self.admin: AdminServer | None = None
         self.metrics = MetricsSampler(broker, self)
@@ -86,7 +87,7 @@ class Services:
             server_context(config)  # the admin endpoint loads its own once its socket is bound
         await self.stomp.start()
         if stomp_tls is not None:
-            tls = StompServer(self.broker, "stomp-tls")
+            tls = StompServer(self.broker, "stomp-tls", self.gate)
             await tls.start(port=config.stomp_tls_port, tls=stomp_tls)
             self.listeners.append(tls)
         if config.ws_port >= 0:

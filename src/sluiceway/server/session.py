@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -91,12 +90,6 @@ class SessionState(enum.Enum):
 
 class _UnsupportedVersion(BadRequest):
     """No protocol version in common; the ERROR lists the versions this broker speaks."""
-
-
-# One gate per broker, made at its first CONNECT, so that every session shares one reading of
-# the users file and of the access rules (each is re-read when its file changes). Services could
-# make it at start-up and hand it to every session instead: StompSession(gate=...).
-_GATES: weakref.WeakKeyDictionary[Broker, Gate] = weakref.WeakKeyDictionary()
 
 
 class StompSession:
@@ -405,10 +398,9 @@ class StompSession:
         authentication is off: login and passcode are then ignored."""
         if not self.broker.config.authentication:
             return None
-        gate = self._gate or _GATES.get(self.broker)
-        if gate is None:
-            gate = _GATES[self.broker] = Gate(self.broker.config)
-        self._gate = gate
+        gate = self._gate
+        if gate is None:  # a session made without its listener's gate reads the files itself
+            gate = self._gate = Gate(self.broker.config)
         principal = gate.login(frame.headers.get("login"), frame.headers.get("passcode"), self.peer)
         self.principal, self._access = principal, gate.access
         self._authorize(Operation.CONNECT, None, Service.NORMAL.value)

@@ -13,6 +13,7 @@ from typing import Final
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
+from sluiceway.security.access import Gate
 from sluiceway.server.connection import ConnectionInfo, StompProtocol, Traffic
 
 log = logging.getLogger(__name__)
@@ -23,9 +24,12 @@ SHUTDOWN_GRACE_S: Final = 5.0  # how long stop() waits for connections to finish
 class StompServer:
     """Serves one Broker over STOMP on one TCP port, with TLS when given an SSL context."""
 
-    def __init__(self, broker: Broker, name: str = "stomp") -> None:
+    def __init__(self, broker: Broker, name: str = "stomp", gate: Gate | None = None) -> None:
         self.broker = broker
         self.name = name  # the service's name in metrics: stomp, stomp-tls
+        # With authentication, the users file and access rules every session of the broker
+        # shares (one reading of each, re-read when its file changes); None makes one per session.
+        self.gate = gate
         self.config: BrokerConfig = broker.config
         self._server: asyncio.Server | None = None
         self._connections: set[StompProtocol] = set()

@@ -309,7 +309,7 @@ class WebSocketServer(StompServer):
     """
 
     def __init__(self, broker: Broker, services: Services, name: str = "ws") -> None:
-        super().__init__(broker, name)
+        super().__init__(broker, name, services.gate)
         self.services = services
         self._http: web.Server | None = None
         self._listening: asyncio.Server | None = None
