@@ -430,7 +430,7 @@ def test_read_detects_a_damaged_record(tmp_path: Path, journals: Journals) -> No
 
 
 class Fsyncs:
-    """A replacement for Journal._fsync that counts calls, optionally slowly or failing."""
+    """A replacement for Journal.fsync that counts calls, optionally slowly or failing."""
 
     def __init__(self, *, delay: float = 0.0, error: bool = False) -> None:
         self.calls = 0
@@ -454,7 +454,7 @@ def test_always_syncs_and_reports_inside_flush(
         sync=SyncPolicy.ALWAYS,
         on_synced=lambda lsn: reported.append((lsn, fsyncs.calls)),
     )
-    monkeypatch.setattr(journal, "_fsync", fsyncs)
+    monkeypatch.setattr(journal, "fsync", fsyncs)
     journal.append(0, b"a")
     journal.append(0, b"b")
     assert fsyncs.calls == 0  # appends make no syscall
@@ -470,7 +470,7 @@ def test_os_policy_reports_at_once_and_never_syncs(
     reported: list[int] = []
     journal, _ = journals.open(tmp_path, sync=SyncPolicy.OS, on_synced=reported.append)
     fsyncs = Fsyncs()
-    monkeypatch.setattr(journal, "_fsync", fsyncs)
+    monkeypatch.setattr(journal, "fsync", fsyncs)
     journal.append(0, b"a")
     assert journal.flush() == 1
     assert reported == [1]
@@ -524,7 +524,7 @@ def test_group_commit_shares_fsyncs(
     reported: list[int] = []
     journal, _ = journals.open(tmp_path, sync=SyncPolicy.GROUP, on_synced=reported.append)
     fsyncs = Fsyncs(delay=0.02)
-    monkeypatch.setattr(journal, "_fsync", fsyncs)
+    monkeypatch.setattr(journal, "fsync", fsyncs)
     for i in range(200):
         journal.append(0, b"message %d" % i)
         journal.flush()
@@ -539,14 +539,14 @@ def test_group_rotation_syncs_the_old_segment_first(
 ) -> None:
     journal, _ = journals.open(tmp_path, sync=SyncPolicy.GROUP)
     in_caller: list[int] = []  # inodes fsynced by the caller's thread, in order
-    real_fsync = journal._fsync
+    real_fsync = journal.fsync
 
     def fsync(fd: int) -> None:
         if threading.current_thread() is threading.main_thread():
             in_caller.append(os.fstat(fd).st_ino)
         real_fsync(fd)
 
-    monkeypatch.setattr(journal, "_fsync", fsync)
+    monkeypatch.setattr(journal, "fsync", fsync)
     journal.append(0, b"old")
     journal.rotate()
     old_inode = (tmp_path / segment_name(1)).stat().st_ino
@@ -567,7 +567,7 @@ def test_failed_fsync_stops_the_journal(
     journal.append(0, b"durable")
     journal.flush()
     assert journal.wait_synced(1, timeout=WAIT)
-    monkeypatch.setattr(journal, "_fsync", Fsyncs(error=True))
+    monkeypatch.setattr(journal, "fsync", Fsyncs(error=True))
     journal.append(0, b"lost?")
     if policy is SyncPolicy.ALWAYS:
         with pytest.raises(JournalError, match=r"fsync .* failed .* may not be durable"):
@@ -639,7 +639,7 @@ def test_group_close_syncs_everything(
     reported: list[int] = []
     journal, _ = journals.open(tmp_path, sync=SyncPolicy.GROUP, on_synced=reported.append)
     fsyncs = Fsyncs()
-    monkeypatch.setattr(journal, "_fsync", fsyncs)
+    monkeypatch.setattr(journal, "fsync", fsyncs)
     journal.append(0, b"a")
     journal.append(0, b"b")
     journal.close()  # flushes, and the thread's last round syncs before it stops

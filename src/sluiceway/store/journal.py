@@ -173,9 +173,9 @@ def _open(path: Path, flags: int) -> int:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    written = os.write(fd, data)
+    while written < len(data):  # a short write: the rest, without copying it
+        written += os.write(fd, memoryview(data)[written:])
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:
@@ -342,7 +342,9 @@ class Journal:
         self._active_fd, self._written_lsn, self._synced_lsn = -1, 0, 0
         self._retired: list[int] = []  # fds of older segments the thread fsyncs, then closes
         self._dirty = self._stopping = False  # _dirty: written data no fsync round has taken yet
-        self._thread: threading.Thread | None = None
+        self._syncer: threading.Thread | None = None  # fsyncs under GROUP
+        self.fsync: Callable[[int], None] = os.fsync  # the one place files are fsynced (tests
+        # replace it to count, slow or fail the fsyncs)
 
     # -- recovery ------------------------------------------------------------------------------
 
@@ -371,8 +373,8 @@ class Journal:
         self._blocked = None
         if self._sync is SyncPolicy.GROUP:
             name = f"journal-fsync {self._directory}"
-            self._thread = threading.Thread(target=self._sync_loop, name=name, daemon=True)
-            self._thread.start()
+            self._syncer = threading.Thread(target=self._sync_loop, name=name, daemon=True)
+            self._syncer.start()
 
     def _list_directory(self) -> list[tuple[int, Path]]:
         try:
@@ -599,12 +601,12 @@ class Journal:
         the GROUP thread only the caller's own flush() syncs, so this does not block.
         """
         with self._cond:
-            if self._thread is not None:
+            if self._syncer is not None:
                 self._cond.wait_for(
                     lambda: self._synced_lsn >= lsn or self._failed or self._stopping, timeout
                 )
             if self._synced_lsn < lsn and self._failed:
-                raise JournalError(self._blocked) from self._cause
+                self._refuse()
             return self._synced_lsn >= lsn
 
     # -- segments ------------------------------------------------------------------------------
@@ -776,13 +778,9 @@ class Journal:
 
     # -- durability ----------------------------------------------------------------------------
 
-    def _fsync(self, fd: int) -> None:
-        """The one place files are fsynced, so tests can replace it."""
-        os.fsync(fd)
-
     def _sync_fd(self, fd: int, path: Path) -> None:
         try:
-            self._fsync(fd)
+            self.fsync(fd)
         except OSError as error:
             raise self._fail(_fsync_failed(path, error), error) from error
 
@@ -802,7 +800,9 @@ class Journal:
         return JournalError(message)
 
     def _refuse(self) -> NoReturn:
-        raise JournalError(self._blocked) from self._cause
+        refused = JournalError(self._blocked)
+        refused.__cause__ = self._cause  # set, not `raise from`: compiled code ignores `from`
+        raise refused
 
     def _sync_loop(self) -> None:
         """GROUP: one fsync round covers every flush made before it started."""
@@ -821,7 +821,7 @@ class Journal:
         try:
             # Older segments first: no LSN of a segment is reported before earlier ones are durable.
             for fd in (*retired, active):
-                self._fsync(fd)
+                self.fsync(fd)
         except OSError as error:
             self._fail(_fsync_failed(f"{self._directory} (LSNs to {target})", error), error)
             return False
@@ -870,13 +870,13 @@ class Journal:
             self._refuse()
 
     def _stop_thread(self) -> bool:
-        if self._thread is None:
+        if self._syncer is None:
             return True
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        self._thread.join(_JOIN_TIMEOUT)
-        return not self._thread.is_alive()
+        self._syncer.join(_JOIN_TIMEOUT)
+        return not self._syncer.is_alive()
 
 
 def _same_bytes(path: Path, fd: int, offset: int, length: int) -> bool:
