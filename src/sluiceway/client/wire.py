@@ -79,6 +79,7 @@ class Wire:
         self.closed = False
         self.closing = False  # a DISCONNECT was sent: losing the socket now is expected
         self.failure: BaseException | None = None
+        self.heartbeats_received = 0  # EOLs the broker sent to keep the connection alive
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -145,6 +146,11 @@ class Wire:
         if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
             await self._writer.drain()
 
+    @property
+    def awaiting_receipt(self) -> int:
+        """Frames written with a receipt request whose RECEIPT (or refusal) has not come yet."""
+        return sum(not future.done() for future in self._pending.values())
+
     async def request(self, frame: Frame, timeout: float | None) -> Frame:
         """Write `frame` with a receipt and return the RECEIPT; raise the broker's refusal."""
         receipt = f"c{next(self._ids)}"
@@ -183,6 +189,7 @@ class Wire:
     def _dispatch_buffered(self) -> None:
         while (event := self._decoder.next_event()) is not None:
             if event is HEARTBEAT:
+                self.heartbeats_received += 1
                 continue
             assert isinstance(event, Frame)
             if event.command == "RECEIPT":
