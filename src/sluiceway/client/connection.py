@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -242,11 +242,18 @@ class Connection:
         wire.write(frame)
         return True
 
-    async def request(self, frame: Frame, timeout: float | None = None) -> Frame:
-        """Send `frame` and wait for its RECEIPT (`timeout`, else imqAckTimeout, bounds it)."""
+    async def request(
+        self,
+        frame: Frame,
+        timeout: float | None = None,
+        *,
+        on_receipt: Callable[[Frame], None] | None = None,
+    ) -> Frame:
+        """Send `frame` and wait for its RECEIPT (`timeout`, else imqAckTimeout, bounds it);
+        `on_receipt` sees the RECEIPT before any frame behind it is dispatched."""
         wire = await self.wire()
         return await wire.request(
-            frame, timeout if timeout is not None else self.settings.ack_timeout
+            frame, timeout if timeout is not None else self.settings.ack_timeout, on_receipt
         )
 
     def session(self, ack_mode: AckMode | None = None, *, transacted: bool = False) -> Session:
@@ -282,6 +289,8 @@ class Connection:
         consumer = self._consumers.get(frame.headers.get("subscription", ""))
         if consumer is None:
             return  # a consumer closed meanwhile: the broker takes the message back
+        # A MESSAGE beyond the consumer's window raises RemoteProtocolError here: the wire's
+        # reader then ends the connection with it.
         consumer.deliver(frame, self.generation)
 
     # -- losing and reconnecting -----------------------------------------------------------------
