@@ -103,11 +103,11 @@ def pauses(port: int) -> float:
     producer.sync()
     first = consumer.receive(PAUSE_WINDOW)
     window_full = time.monotonic()
-    time.sleep(PAUSE_S)  # holding every message of its window: paused by flow control
+    time.sleep(PAUSE_S)  # holds its whole window for a while: paused by flow control, measured
     for message in first:
         consumer.ack(message)
     second = consumer.receive(PAUSE_WINDOW)  # refilled at once: paused again
-    time.sleep(PAUSE_S)
+    time.sleep(PAUSE_S)  # as long again: the pause's length is what the analysis must measure
     for message in second:
         consumer.ack(message)
     consumer.sync()
@@ -125,7 +125,7 @@ def holding(port: int) -> float:
     for number in range(FULL_LIMIT):
         assert producer.expect("RECEIPT").headers["receipt-id"] == f"r{number}"
     held = time.monotonic()
-    time.sleep(HOLD_S)  # nobody consumes: the last SENDs wait for room
+    time.sleep(HOLD_S)  # nobody consumes for a while: the last SENDs wait, held, and measured
     consumer = _client(port)
     consumer.subscribe(FULL, "drain", ack="auto")
     for number in range(FULL_LIMIT, FULL_SENT):

@@ -24,6 +24,21 @@ async def _pair() -> tuple[StompStream, asyncio.Queue[bytes], asyncio.Server]:
     return StompStream(reader, writer), chunks, server
 
 
+MARK = b"\n\n"  # written past the stream's batch, straight to its socket: not a frame
+
+
+async def _written_before_mark(stream: StompStream, chunks: asyncio.Queue[bytes]) -> bytes:
+    """What the server read ahead of a mark written to the socket now, past the batch.
+
+    TCP keeps the order: anything the stream wrote before reaches the server first.
+    """
+    stream.writer.write(MARK)
+    received = b""
+    while not received.endswith(MARK):
+        received += await asyncio.wait_for(chunks.get(), 5)
+    return received[: -len(MARK)]
+
+
 def _frames(data: bytes) -> list[Frame]:
     decoder = FrameDecoder()
     decoder.version = StompVersion.V1_2
@@ -40,8 +55,7 @@ def test_queued_frames_wait_for_flush_and_leave_in_order() -> None:
         stream, chunks, server = await _pair()
         for i in range(3):
             stream.queue(Frame("ACK", {"id": str(i)}))
-        await asyncio.sleep(0.05)
-        assert chunks.empty()  # nothing written before the flush
+        assert await _written_before_mark(stream, chunks) == b""  # nothing before the flush
         stream.flush()
         received = b""
         while len(_frames(received)) < 3:
@@ -63,12 +77,8 @@ def test_a_full_batch_is_written_without_a_flush() -> None:
         per_batch = -(-BATCH_BYTES // frame_bytes)  # frames that fill a batch
         for i in range(per_batch + 2):
             stream.queue(_send(i, body))
-        received = b""
-        while len(_frames(received)) < per_batch:
-            received += await asyncio.wait_for(chunks.get(), 5)
-        await asyncio.sleep(0.05)
-        assert chunks.empty()  # the rest is still queued
-        assert len(_frames(received)) == per_batch
+        received = await _written_before_mark(stream, chunks)
+        assert len(_frames(received)) == per_batch  # the rest is still queued
         stream.flush()
         while len(_frames(received)) < per_batch + 2:
             received += await asyncio.wait_for(chunks.get(), 5)

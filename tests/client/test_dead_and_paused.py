@@ -8,6 +8,7 @@ from sluiceway.client import AckMode, ConnectionFactory
 from sluiceway.core.broker import PauseTarget
 from sluiceway.naming import parse_destination
 from tests.conftest import BrokerFactory
+from tests.e2e.support import eventually
 
 DMQ = "/queue/mq.sys.dmq"
 
@@ -56,9 +57,7 @@ async def test_a_send_to_a_paused_destination_waits_until_resumed(
         await producer.send("before")
         broker.call(lambda: core.pause(name, PauseTarget.PRODUCERS))
         sending = asyncio.create_task(producer.send("during"))  # persistent: waits for receipt
-        async with asyncio.timeout(5):
-            while not broker.call(core.producers.held):
-                await asyncio.sleep(0.01)
+        await eventually(lambda: bool(broker.call(core.producers.held)))
         assert not sending.done()
         (held,) = broker.call(core.producers.held)
         assert held.reason == "producers paused"

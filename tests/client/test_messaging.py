@@ -20,6 +20,7 @@ from sluiceway.client import (
 )
 from sluiceway.testing import BrokerThread
 from tests.client.conftest import ConnectTo
+from tests.e2e.support import eventually
 
 
 async def drain(connection: Connection, destination: str, timeout: float = 0.3) -> list[str]:
@@ -68,7 +69,7 @@ async def test_time_to_live(connect: ConnectTo) -> None:
     producer = session.producer("/queue/ttl", time_to_live=0.05)
     await producer.send("short-lived")
     await producer.send("kept", time_to_live=60)
-    await asyncio.sleep(0.1)  # let the first one's time to live run out
+    await asyncio.sleep(0.1)  # time passing is the point: the first one's time to live runs out
     assert await drain(connection, "/queue/ttl") == ["kept"]
 
 
@@ -136,11 +137,7 @@ async def test_ack_on_produce_decides_which_sends_wait(
     producer = connection.session().producer("/queue/aop")
     await producer.send(b"x" * 2000)  # persistent, but not waiting: returns at once
     # The broker refuses it with an ERROR, which ends a connection that did not ask for a receipt.
-    for _ in range(500):
-        if connection.closed:
-            break
-        await asyncio.sleep(0.01)
-    assert connection.closed
+    await eventually(lambda: connection.closed)
     with pytest.raises(ConnectionClosedError):
         await producer.send(b"small")
     await connection.close()
@@ -241,10 +238,7 @@ async def test_listener_async_and_plain_functions(connect: ConnectTo) -> None:
     for i in range(5):
         await producer.send(f"{i}")
     await asyncio.wait_for(done.wait(), 5)
-    for _ in range(200):
-        if len(seen_plain) == 5:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: len(seen_plain) == 5)
     assert seen_async == ["0", "1", "2", "3", "4"]
     assert seen_plain == ["0", "1", "2", "3", "4"]
 

@@ -28,6 +28,7 @@ from sluiceway.errors import NotFound, ResourceFull, Unauthorized
 from sluiceway.security.users import UserFile
 from sluiceway.testing import BrokerThread
 from tests.conftest import BrokerFactory
+from tests.e2e.support import wait_until
 
 WAIT = 5.0
 
@@ -178,10 +179,7 @@ def test_a_lease_expires_after_its_time_to_live(broker: BrokerThread) -> None:
         connection.send_many(messages("/queue/ttl", 3))
         read = connection.read_lease("/queue/ttl", "g/1", ttl_ms=300)
         assert len(list(read)) == 3
-        deadline = time.monotonic() + WAIT
-        while connection.head("/queue/ttl").message_count != 3:
-            assert time.monotonic() < deadline, "the lease never expired"
-            time.sleep(0.05)
+        wait_until(lambda: connection.head("/queue/ttl").message_count == 3)  # the lease expired
         assert connection.ack_lease("/queue/ttl", "g/1") is LeaseState.EXPIRED
 
 
@@ -222,17 +220,21 @@ def test_refused_sends_are_retried_until_a_consumer_makes_room(
     retry = RetryPolicy(pause=0.02, deadline=WAIT)
     received: list[str] = []
 
+    def refusals() -> int:
+        return sum("refused" in r.getMessage() for r in caplog.records)
+
     def drain() -> None:
-        # Consumes in leases of 5, slowly, so the producer keeps meeting a full queue.
-        deadline = time.monotonic() + WAIT * 2
+        # Makes room only once the producer has met the full queue, then consumes in leases of 5
+        # as messages come.
+        wait_until(lambda: refusals() > 0)
         with connect(broker) as consumer:
             number = 0
-            while len(received) < 30 and time.monotonic() < deadline:
+            while len(received) < 30:
+                wait_until(lambda: bool(consumer.head("/queue/full").message_count))
                 number += 1
                 lease = f"drain/{number}"
                 received.extend(bodies(consumer.read_lease("/queue/full", lease, max_messages=5)))
                 consumer.ack_lease("/queue/full", lease)
-                time.sleep(0.05)
 
     with connect(broker, retry=retry, max_inflight=3) as producer:
         thread = threading.Thread(target=drain)
@@ -241,8 +243,7 @@ def test_refused_sends_are_retried_until_a_consumer_makes_room(
         thread.join(WAIT * 3)
     assert sent == 30
     assert sorted(received) == sorted(f"m{i}" for i in range(30))
-    retried = [r for r in caplog.records if "refused" in r.getMessage()]
-    assert retried, "the queue never refused a send: the test did not test retrying"
+    assert refusals(), "the queue never refused a send: the test did not test retrying"
 
 
 def test_a_send_refused_past_the_deadline_carries_the_brokers_reason(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -15,13 +14,7 @@ from sluiceway.client import (
     TransactionRolledBackError,
 )
 from sluiceway.testing import BrokerProcess, BrokerThread
-
-
-async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
+from tests.e2e.support import eventually
 
 
 def reconnecting(port: int, **keywords: object) -> ConnectionFactory:
@@ -50,9 +43,12 @@ async def test_reconnect_after_the_broker_restarts() -> None:
         pending_receive = asyncio.create_task(consumer.receive(20))
 
         await asyncio.to_thread(first.stop)
-        await wait_for(lambda: not connection.connected)
+        await eventually(lambda: not connection.connected)
+        failed = connection.failed_reconnect_attempts
         sending = asyncio.create_task(producer.send("during the outage"))
-        await asyncio.sleep(0.2)
+        # Two more attempts to reconnect fail while the send is under way: a send that failed
+        # for want of a connection, rather than wait for one, would have failed by then.
+        await eventually(lambda: connection.failed_reconnect_attempts >= failed + 2)
         assert not sending.done()  # waits for the reconnection instead of failing
 
         second = BrokerThread({"imq.stomp.tcp.port": str(port)})
@@ -82,9 +78,9 @@ async def test_an_open_transaction_is_rolled_back_by_a_reconnection() -> None:
         producer = session.producer("/queue/tx-lost")
         await producer.send("lost with the transaction")
         await asyncio.to_thread(first.stop)
-        await wait_for(lambda: not connection.connected)
+        await eventually(lambda: not connection.connected)
         await asyncio.to_thread(second.start)
-        await wait_for(lambda: connection.connected, 10)
+        await eventually(lambda: connection.connected, 10)
         with pytest.raises(TransactionRolledBackError, match="rolled it back"):
             await session.commit()
         await producer.send("kept")  # a new transaction
@@ -112,7 +108,7 @@ async def test_a_killed_broker_fails_every_pending_operation_at_once() -> None:
         broker.freeze()  # so the next send and the commit are still waiting when it dies
         sending = asyncio.create_task(session.producer("/queue/dead").send("unconfirmed"))
         committing = asyncio.create_task(tx_session.commit())
-        await asyncio.sleep(0.1)
+        await eventually(lambda: connection.awaiting_receipt == 2)  # both written, unanswered
         assert not receiving.done()
         assert not sending.done()
         assert not committing.done()
@@ -137,8 +133,12 @@ async def test_heart_beats_detect_a_frozen_broker() -> None:
         connection = await factory.connect()
         consumer = await connection.session().consumer("/queue/frozen")
         receiving = asyncio.create_task(consumer.receive())
-        await asyncio.sleep(0.3)
+        # Idle for five heart-beat intervals, over twice as long as the client waits for a silent
+        # broker before taking it for dead: only the heart-beats keep the connection open.
+        beats = connection.heartbeats_received
+        await eventually(lambda: connection.heartbeats_received >= beats + 5)
         assert not receiving.done()  # heart-beats keep the idle connection alive
+        assert connection.connected
         broker.freeze()
         started = time.monotonic()
         with pytest.raises(ConnectionClosedError, match="heart-beats"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -24,15 +23,7 @@ from sluiceway.client import (
 from sluiceway.core.holding import HeldProducer
 from sluiceway.testing import BrokerThread
 from tests.conftest import BrokerFactory
-
-WAIT = 5.0
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Poll `predicate` on this loop until it holds; fail after `timeout` seconds."""
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
+from tests.e2e.support import WAIT, eventually
 
 
 def retries(caplog: pytest.LogCaptureFixture) -> int:
@@ -74,7 +65,7 @@ async def test_retry_policy_succeeds_once_a_consumer_makes_room(
         await producer.send("first")
 
         async def consume_after_a_refusal() -> list[str]:
-            await wait_until(lambda: retries(caplog) >= 1)
+            await eventually(lambda: retries(caplog) >= 1)
             return await receive_texts(other, "/queue/retry", 2)
 
         consumer = asyncio.create_task(consume_after_a_refusal())
@@ -120,7 +111,7 @@ async def test_send_to_a_full_flow_control_queue_waits_for_room(make_broker: Bro
         await producer.send("0")
         await producer.send("1")
         third = asyncio.create_task(producer.send("2"))
-        await wait_until(lambda: bool(held(broker)))
+        await eventually(lambda: bool(held(broker)))
         (info,) = held(broker)
         assert info.reason == "destination full"
         assert info.limit == "maxNumMsgs"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sluiceway.client import ConnectionFactory
-from sluiceway.client.settings import ClientSettings, build_settings
+from sluiceway.client.settings import UNLIMITED_CONSUMER_WINDOW, ClientSettings, build_settings
 from sluiceway.errors import ConfigError
 
 
@@ -69,6 +70,22 @@ def test_keywords_win_over_properties(tmp_path: Path) -> None:
     assert factory.settings.consumer_flow_limit == 5
     assert factory.settings.consumer_flow_threshold == 30
     assert factory.settings.addresses == (("h", 7),)
+
+
+@pytest.mark.parametrize(
+    ("properties", "keywords", "window"),
+    [
+        ({}, {}, 1000),
+        ({}, {"consumer_flow_limit": 20}, 20),
+        ({"imqConsumerFlowLimit": "-1"}, {}, UNLIMITED_CONSUMER_WINDOW),
+        ({}, {"consumer_flow_limit": 0}, UNLIMITED_CONSUMER_WINDOW),
+    ],
+)
+def test_a_consumer_asks_for_a_finite_window_even_without_a_limit(
+    properties: dict[str, str], keywords: dict[str, Any], window: int
+) -> None:
+    settings = build_settings(None, properties, **keywords)
+    assert settings.consumer_window == window
 
 
 @pytest.mark.parametrize(

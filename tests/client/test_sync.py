@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from sluiceway.client.sync import AckMode, ConnectionFactory, Message
 from sluiceway.testing import BrokerThread
+from tests.e2e.support import WAIT, wait_until
 
 
 def factory(broker: BrokerThread, **keywords: object) -> ConnectionFactory:
@@ -44,6 +44,7 @@ def test_client_acknowledge_from_listener_threads(broker: BrokerThread) -> None:
         threads: set[str] = set()
         lock = threading.Lock()
         done = threading.Event()
+        first_two = threading.Barrier(2)  # passed only by two handlers working at once
 
         def handler(message: Message) -> None:
             with lock:
@@ -51,7 +52,9 @@ def test_client_acknowledge_from_listener_threads(broker: BrokerThread) -> None:
                 threads.add(threading.current_thread().name)
                 if len(seen) == 20:
                     done.set()
-            time.sleep(0.01)
+                early = len(seen) <= 2
+            if early:  # the first two wait for each other: they go on only if run side by side
+                first_two.wait(WAIT)
             message.acknowledge()  # blocking, from the consumer's own thread
 
         consumer = session.consumer("/queue/listen")
@@ -107,10 +110,7 @@ def test_calling_the_blocking_api_from_its_own_loop_is_refused(broker: BrokerThr
                 outcome.append(exc)
 
         connection._loop.loop.call_soon_threadsafe(from_loop_thread)
-        deadline = time.monotonic() + 5
-        while not outcome and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert outcome
+        wait_until(lambda: bool(outcome))
         assert "would deadlock" in str(outcome[0])
     finally:
         connection.close()

@@ -3,7 +3,6 @@ loop, and checks of refusals, receipts and dead-message headers."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -14,7 +13,7 @@ from sluiceway.naming import parse_destination
 from sluiceway.protocol.frames import Frame
 from sluiceway.testing import BrokerThread
 from tests.e2e.rawclient import RawClient
-from tests.e2e.stomppy import WAIT, Recorder, with_receipt
+from tests.e2e.stomppy import Recorder, with_receipt
 
 T = TypeVar("T")
 
@@ -45,15 +44,6 @@ def settings_of(broker: BrokerThread, path: str) -> DestinationSettings:
 def update(broker: BrokerThread, path: str, properties: Mapping[str, str]) -> DestinationSettings:
     """Change destination properties at run time through the core API."""
     return on_loop(broker, lambda b: b.update_destination(parse_destination(path), properties))
-
-
-async def eventually(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    """`wait_until` for asyncio tests: poll without blocking the client's event loop."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"condition not met within {timeout} s")
-        await asyncio.sleep(0.005)
 
 
 def now_ms() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -18,6 +19,15 @@ def wait_until(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"condition not met within {timeout} s")
         time.sleep(0.005)
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
+    """`wait_until` for asyncio tests: poll without blocking the event loop."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        await asyncio.sleep(0.005)
 
 
 def connection_infos(broker: BrokerThread) -> list[ConnectionInfo]:

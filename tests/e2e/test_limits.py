@@ -27,7 +27,6 @@ from tests.e2e.limits import (
     assert_dead,
     assert_refused,
     bodies,
-    eventually,
     expect_error_and_close,
     now_ms,
     on_loop,
@@ -38,7 +37,7 @@ from tests.e2e.limits import (
     update,
 )
 from tests.e2e.stomppy import subscribe, sync, wait_until
-from tests.e2e.support import wait_connection_count
+from tests.e2e.support import eventually, wait_connection_count
 
 # -- 1. REJECT_NEWEST: reported and unreported refusals -------------------------------------------
 

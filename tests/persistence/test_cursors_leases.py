@@ -228,7 +228,7 @@ def test_leases_stay_exact_through_repeated_sigkill(tmp_path: Path) -> None:
                 thread.start()
             # Once the reader has finished a lease in this run, crash at a random moment.
             wait_until(partial(progressed, ledger, ledger.acknowledged), timeout=30)
-            time.sleep(rng.uniform(0.0, 0.7))
+            time.sleep(rng.uniform(0.0, 0.7))  # chooses the moment of the crash: waits for nothing
             broker.kill()
             stop.set()
             for thread in threads:

@@ -118,9 +118,9 @@ async def test_unmetered_connection_still_yields_every_turn() -> None:
     harness = Harness(flow_count=0)
     harness.backlog(UNMETERED_TURN + 50)
     harness.feed(Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "auto"}))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one event-loop iteration: one pump turn
     assert len(harness.output()) == UNMETERED_TURN
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # and the next
     assert len(harness.output()) == 50
 
 
@@ -130,13 +130,13 @@ async def test_no_messages_are_written_above_the_high_water_mark() -> None:
     harness.feed(Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "auto"}))
     harness.protocol.pause_writing()  # what the transport does above its high-water mark
     for _ in range(3):
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # three pump turns, each of which would write if not paused
     assert harness.output() == []
     harness.feed(Frame("BEGIN", {"transaction": "t", "receipt": "r"}))
     assert [f.command for f in harness.output()] == ["RECEIPT"]  # control frames still go
     harness.protocol.resume_writing()
     for _ in range(3):
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # three pump turns of at most 10 messages each
     assert len(harness.output()) == 30
 
 

@@ -211,8 +211,9 @@ async def test_reading_waits_while_paused_and_big_messages_come_in_chunks(
     ws, protocol, transport = fake_connection
     transport.pause_reading()
     await ws.incoming.put(aiohttp.WSMessage(TEXT, b"\n", None))
-    for _ in range(10):
-        await asyncio.sleep(0)
+    # The transport takes the message from the WebSocket (it was already waiting for one) and,
+    # in that same step, would hand it to the protocol if reading were not paused.
+    await turns_until(ws.incoming.empty)
     assert protocol.received == []
     transport.resume_reading()
     await turns_until(lambda: protocol.received == [b"\n"])

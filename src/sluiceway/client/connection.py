@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -85,6 +85,8 @@ class Connection:
         self._reconnecting: asyncio.Task[None] | None = None
         self.generation = 0  # increases with every (re)connection
         self.reconnects = 0
+        self._failed_reconnect_attempts = 0
+        self._heartbeats_of_lost_wires = 0  # heart-beats received on connections since lost
         self.buffered = 0  # messages in all consumers' buffers
         self.max_buffered = 0
         self.connected_headers: Mapping[str, str] = {}
@@ -109,6 +111,8 @@ class Connection:
                         raise  # the broker answered and refused: retrying will not help
                     except (OSError, ClientError, ProtocolError, TimeoutError) as exc:
                         failures.append(f"{host}:{port}: {exc}")
+                        if self.generation:  # connected before: this was a reconnection attempt
+                            self._failed_reconnect_attempts += 1
                         if self._closed:
                             raise ConnectionClosedError("the connection was closed") from None
                         if attempts_per_address is None or attempt < attempts_per_address:
@@ -197,6 +201,25 @@ class Connection:
         wire = self._wire
         return not self._closed and wire is not None and not wire.closed
 
+    @property
+    def failed_reconnect_attempts(self) -> int:
+        """Attempts to reopen a lost connection that failed (an address that refused the TCP
+        connection, or did not answer CONNECT in time), over this connection's life."""
+        return self._failed_reconnect_attempts
+
+    @property
+    def heartbeats_received(self) -> int:
+        """Heart-beats the broker sent (each an EOL between frames), over this connection's life."""
+        wire = self._wire
+        return self._heartbeats_of_lost_wires + (wire.heartbeats_received if wire else 0)
+
+    @property
+    def awaiting_receipt(self) -> int:
+        """Frames sent with a receipt request (waiting sends, commits, subscriptions...) whose
+        RECEIPT has not come yet; 0 while there is no live connection."""
+        wire = self._wire
+        return 0 if wire is None or wire.closed else wire.awaiting_receipt
+
     async def wire(self) -> Wire:
         """The live connection, waiting while a reconnection is in progress."""
         while True:
@@ -219,11 +242,18 @@ class Connection:
         wire.write(frame)
         return True
 
-    async def request(self, frame: Frame, timeout: float | None = None) -> Frame:
-        """Send `frame` and wait for its RECEIPT (`timeout`, else imqAckTimeout, bounds it)."""
+    async def request(
+        self,
+        frame: Frame,
+        timeout: float | None = None,
+        *,
+        on_receipt: Callable[[Frame], None] | None = None,
+    ) -> Frame:
+        """Send `frame` and wait for its RECEIPT (`timeout`, else imqAckTimeout, bounds it);
+        `on_receipt` sees the RECEIPT before any frame behind it is dispatched."""
         wire = await self.wire()
         return await wire.request(
-            frame, timeout if timeout is not None else self.settings.ack_timeout
+            frame, timeout if timeout is not None else self.settings.ack_timeout, on_receipt
         )
 
     def session(self, ack_mode: AckMode | None = None, *, transacted: bool = False) -> Session:
@@ -259,6 +289,8 @@ class Connection:
         consumer = self._consumers.get(frame.headers.get("subscription", ""))
         if consumer is None:
             return  # a consumer closed meanwhile: the broker takes the message back
+        # A MESSAGE beyond the consumer's window raises RemoteProtocolError here: the wire's
+        # reader then ends the connection with it.
         consumer.deliver(frame, self.generation)
 
     # -- losing and reconnecting -----------------------------------------------------------------
@@ -267,6 +299,8 @@ class Connection:
         if self._closed:
             return
         log.warning("connection to the broker lost: %s", exc)
+        if self._wire is not None:
+            self._heartbeats_of_lost_wires += self._wire.heartbeats_received
         self._wire = None
         for consumer in list(self._consumers.values()):
             consumer.connection_lost()

@@ -2,8 +2,12 @@
 
 The buffer never holds more than the consumer's effective flow limit (the value the broker
 returned on the SUBSCRIBE's RECEIPT): the broker sends at most that many unconsumed messages, and
-this session acknowledges a message only once it has left the buffer. `max_buffered` records the
-most it ever held.
+this session acknowledges a message only once it has left the buffer. The client always asks for
+a finite window (UNLIMITED_CONSUMER_WINDOW when imqConsumerFlowLimit sets none), and a broker that
+sends a message beyond the window it granted breaks the protocol: the connection ends with a
+RemoteProtocolError naming the window and the count, rather than the buffer growing. Browsers are
+the exception: a browse consumes nothing, so the broker releases their window as it writes.
+`max_buffered` records the most the buffer ever held.
 
 A listener may be served by a pool of N concurrent handlers sharing the one consumer, like the
 message-driven bean pools of an application server. The consumer's flow limit caps how many of
@@ -23,7 +27,13 @@ from typing import TYPE_CHECKING
 
 from sluiceway.client.message import Message, MessageHandler
 from sluiceway.client.session import AckMode
-from sluiceway.errors import BrokerError, ClientError, ConnectionClosedError, OperationTimeoutError
+from sluiceway.errors import (
+    BrokerError,
+    ClientError,
+    ConnectionClosedError,
+    OperationTimeoutError,
+    RemoteProtocolError,
+)
 from sluiceway.protocol.frames import Frame
 
 if TYPE_CHECKING:
@@ -52,11 +62,14 @@ class Consumer:
         self.browse = browse
         self.subscription_id = self.connection.next_id("sub")
         settings = self.connection.settings
-        self.flow_limit = settings.consumer_flow_limit  # replaced by the broker's answer
+        self.flow_limit = self._window_asked()  # replaced by the window the broker grants
         self.flow_threshold = settings.consumer_flow_threshold
         self.prefetch = settings.consumer_flow_limit_prefetch
-        # (connection generation, message); bounded by the consumer flow limit: the broker sends
-        # no more than the window it granted until messages are consumed.
+        # (connection generation, message); at most `flow_limit` of them, a finite number (the
+        # client never asks for an unlimited window). The broker enforces it: it sends no more
+        # than the window it granted until messages are consumed, and a message leaves the buffer
+        # before it is acknowledged. `deliver` checks it: a broker that sends more ends the
+        # connection. Browsers excepted (see the module's docstring).
         self._buffer: deque[tuple[int, Message]] = deque()
         self._arrived = asyncio.Event()
         self.max_buffered = 0
@@ -68,20 +81,25 @@ class Consumer:
 
     # -- subscribing -----------------------------------------------------------------------------
 
+    def _window_asked(self) -> int:
+        """The consumer flow limit this consumer asks for: finite, never unlimited."""
+        settings = self.connection.settings
+        if self.browse:
+            return settings.queue_browser_max_messages_per_retrieve
+        return settings.consumer_window
+
     def _subscribe_frame(self) -> Frame:
         settings = self.connection.settings
         headers = {
             "destination": self.destination,
             "id": self.subscription_id,
             "ack": "auto" if self.browse else "client-individual",
+            "consumer-flow-limit": str(self._window_asked()),
             "consumer-flow-threshold": str(settings.consumer_flow_threshold),
             "consumer-flow-prefetch": str(settings.consumer_flow_limit_prefetch).lower(),
         }
         if self.browse:
             headers["browser"] = "true"
-            headers["consumer-flow-limit"] = str(settings.queue_browser_max_messages_per_retrieve)
-        else:
-            headers["consumer-flow-limit"] = str(settings.consumer_flow_limit)
         if self.selector:
             headers["selector"] = self.selector
         if self.durable_name is not None:
@@ -92,32 +110,50 @@ class Consumer:
         """SUBSCRIBE and adopt the effective flow settings the broker returns."""
         self.connection.register(self)  # before sending: messages may follow the RECEIPT at once
         try:
-            receipt = await self.connection.request(self._subscribe_frame())
+            await self.connection.request(self._subscribe_frame(), on_receipt=self._adopt)
         except BaseException:
             self.connection.unregister(self)
             raise
-        self._adopt(receipt)
 
     async def resubscribe(self) -> None:
         """Subscribe again on a reopened connection (the broker redelivers what was unacked)."""
         if self.closed:
             return
         try:
-            self._adopt(await self.connection.request(self._subscribe_frame()))
+            await self.connection.request(self._subscribe_frame(), on_receipt=self._adopt)
         except (BrokerError, ClientError, OperationTimeoutError) as exc:
             log.error("could not subscribe again to %s: %s", self.destination, exc)  # noqa: TRY400
             self.connection_closed(exc)
 
     def _adopt(self, receipt: Frame) -> None:
+        """Take the effective flow settings from the SUBSCRIBE's RECEIPT, as soon as it is read
+        (before the MESSAGE frames behind it)."""
         headers = receipt.headers
-        self.flow_limit = int(headers.get("consumer-flow-limit", self.flow_limit))
+        asked = self._window_asked()
+        granted = int(headers.get("consumer-flow-limit", asked))
+        # The broker grants at most what was asked (a destination's cap only lowers it); an
+        # answer of more, or of no limit, gives the buffer no more room than was asked for.
+        self.flow_limit = granted if 0 < granted <= asked else asked
         self.flow_threshold = int(headers.get("consumer-flow-threshold", self.flow_threshold))
         self.prefetch = headers.get("consumer-flow-prefetch", "true") == "true"
 
     # -- the buffer ------------------------------------------------------------------------------
 
     def deliver(self, frame: Frame, generation: int) -> None:
-        """A MESSAGE arrived for this subscription (called by the connection's reader)."""
+        """A MESSAGE arrived for this subscription (called by the connection's reader).
+
+        Raises RemoteProtocolError, and buffers nothing, if the broker sent it beyond the window
+        it granted: the reader then ends the connection with that error.
+        """
+        if not self.browse and len(self._buffer) >= self.flow_limit:
+            raise RemoteProtocolError(
+                f"the broker sent the consumer of {self.destination} (subscription "
+                f"{self.subscription_id}) more messages than the window it granted: "
+                f"{len(self._buffer) + 1} unconsumed messages for a consumer flow limit of "
+                f"{self.flow_limit} (consumer-flow-limit on the RECEIPT of its SUBSCRIBE); the "
+                "connection is closed rather than buffer beyond the window, and the broker will "
+                "deliver the unacknowledged messages again"
+            )
         message = Message(
             frame.body,
             frame.headers,

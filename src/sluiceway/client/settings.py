@@ -11,7 +11,8 @@ Attributes (Open MQ name: keyword, default; meaning):
 - imqDefaultUsername / imqDefaultPassword: username / password, none; STOMP login / passcode
   (the password is never shown: not in the repr of the settings, nor in any error message)
 - imqConfiguredClientID: client_id, none; the client id (durable subscriptions)
-- imqConsumerFlowLimit: consumer_flow_limit, 1000; messages per consumer (0 or -1: no limit)
+- imqConsumerFlowLimit: consumer_flow_limit, 1000; messages per consumer (0 or -1: no limit of
+  the consumer's own; the client then asks for UNLIMITED_CONSUMER_WINDOW, see below)
 - imqConsumerFlowThreshold: consumer_flow_threshold, 50; percent of the limit at which the
   broker tops up
 - imqConsumerFlowLimitPrefetch: consumer_flow_limit_prefetch, true; false: one at a time
@@ -43,6 +44,12 @@ from sluiceway.javaprops import load_properties
 
 DEFAULT_ADDRESS: Final = "stomp://127.0.0.1:61613"
 DEFAULT_PORT: Final = 61613
+# Messages per consumer the client asks for on SUBSCRIBE when imqConsumerFlowLimit sets no limit
+# (0 or -1). The window the broker grants is what bounds a consumer's buffer (the broker sends no
+# more until messages are consumed), so the client never asks for an unlimited one: a slow
+# application would let its buffer grow without end. Ten times the default window, so that such
+# a consumer is in practice never paused, while its buffer holds at most this many messages.
+UNLIMITED_CONSUMER_WINDOW: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +290,13 @@ class ClientSettings:
         1000,
         "browser batch size",
     )
+
+    @property
+    def consumer_window(self) -> int:
+        """The consumer flow limit a consumer asks for on SUBSCRIBE, in messages: the
+        imqConsumerFlowLimit, or UNLIMITED_CONSUMER_WINDOW when that is 0 or -1 (no limit)."""
+        limit = self.consumer_flow_limit
+        return limit if limit > 0 else UNLIMITED_CONSUMER_WINDOW
 
     @property
     def attempts_per_address(self) -> int | None:

@@ -70,6 +70,8 @@ class Wire:
         self._on_lost = on_lost
         self._decoder = FrameDecoder(max_header_count=CLIENT_MAX_HEADER_COUNT)
         self._pending: dict[str, asyncio.Future[Frame]] = {}
+        # Called with a RECEIPT as it is read, before the frames behind it (see `request`).
+        self._on_receipt: dict[str, Callable[[Frame], None]] = {}
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
         self._loop = asyncio.get_running_loop()
@@ -79,6 +81,7 @@ class Wire:
         self.closed = False
         self.closing = False  # a DISCONNECT was sent: losing the socket now is expected
         self.failure: BaseException | None = None
+        self.heartbeats_received = 0  # EOLs the broker sent to keep the connection alive
 
     # -- opening ---------------------------------------------------------------------------------
 
@@ -145,11 +148,28 @@ class Wire:
         if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
             await self._writer.drain()
 
-    async def request(self, frame: Frame, timeout: float | None) -> Frame:
-        """Write `frame` with a receipt and return the RECEIPT; raise the broker's refusal."""
+    @property
+    def awaiting_receipt(self) -> int:
+        """Frames written with a receipt request whose RECEIPT (or refusal) has not come yet."""
+        return sum(not future.done() for future in self._pending.values())
+
+    async def request(
+        self,
+        frame: Frame,
+        timeout: float | None,
+        on_receipt: Callable[[Frame], None] | None = None,
+    ) -> Frame:
+        """Write `frame` with a receipt and return the RECEIPT; raise the broker's refusal.
+
+        `on_receipt` is called with a RECEIPT that is not a refusal as soon as it is read, before
+        any frame behind it is dispatched: the MESSAGE frames that follow a SUBSCRIBE's RECEIPT
+        must find the window it grants already in force.
+        """
         receipt = f"c{next(self._ids)}"
         future: asyncio.Future[Frame] = self._loop.create_future()
         self._pending[receipt] = future
+        if on_receipt is not None:
+            self._on_receipt[receipt] = on_receipt
         try:
             await self.send(Frame(frame.command, {**frame.headers, "receipt": receipt}, frame.body))
             async with asyncio.timeout(timeout):
@@ -161,6 +181,7 @@ class Wire:
             ) from None
         finally:
             self._pending.pop(receipt, None)
+            self._on_receipt.pop(receipt, None)
         if "status" in reply.headers:  # a failed receipt: refused, connection still open
             raise refusal(reply)
         return reply
@@ -183,16 +204,25 @@ class Wire:
     def _dispatch_buffered(self) -> None:
         while (event := self._decoder.next_event()) is not None:
             if event is HEARTBEAT:
+                self.heartbeats_received += 1
                 continue
             assert isinstance(event, Frame)
             if event.command == "RECEIPT":
-                future = self._pending.get(event.headers.get("receipt-id", ""))
-                if future is not None and not future.done():
-                    future.set_result(event)
+                self._on_receipt_frame(event)
             elif event.command == "ERROR":
                 self._on_error(event)
             else:
                 self._on_frame(event)
+
+    def _on_receipt_frame(self, frame: Frame) -> None:
+        receipt = frame.headers.get("receipt-id", "")
+        future = self._pending.get(receipt)
+        if future is None or future.done():
+            return
+        on_receipt = self._on_receipt.pop(receipt, None)
+        if on_receipt is not None and "status" not in frame.headers:
+            on_receipt(frame)
+        future.set_result(frame)
 
     def _on_error(self, frame: Frame) -> None:
         error = refusal(frame)
@@ -233,6 +263,7 @@ class Wire:
             if not future.done():
                 future.set_exception(lost)
         self._pending.clear()
+        self._on_receipt.clear()
         self._writer.close()
         for task in self._tasks:
             if task is not asyncio.current_task():
