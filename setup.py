@@ -26,11 +26,14 @@ SOURCES = HERE / "src"
 # What every message goes through: decoding, the session, flow control, dispatch, the journal,
 # encoding. Modules whose classes other code subclasses (core/store.py's MemoryStore) stay
 # Python: a compiled class cannot be subclassed by Python code, nor have its methods replaced.
+# So does naming.py: Spark pickles its frozen DestinationName, and a compiled frozen dataclass
+# cannot be unpickled.
 # Two things compile differently, and the compiled modules use neither: `raise ... from CAUSE`
 # drops the cause (set __cause__ instead), and a memoryview slice evaluates a bound twice (no
 # side effect in a slice bound).
 COMPILED = (
     "sluiceway/protocol/codec.py",
+    "sluiceway/protocol/frames.py",
     *sorted(
         f"sluiceway/core/{path.name}"
         for path in (SOURCES / "sluiceway" / "core").glob("*.py")
@@ -76,7 +79,7 @@ class CompileHotPath(build_ext):
             )
             return
         manifest = {module_name(path): digest(SOURCES / path) for path in COMPILED}
-        package = Path(self.get_ext_fullpath(module_name(COMPILED[0]))).parent.parent
+        package = Path(self.get_ext_fullpath("sluiceway.compiled")).parent  # where they went
         (package / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 

@@ -17,7 +17,8 @@ from sluiceway.core.store import MemoryStore
 from sluiceway.naming import parse_destination
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.server.connection import MAX_WAITING_CONTROL, UNMETERED_TURN, StompProtocol
+from sluiceway.server.connection import UNMETERED_TURN, WRITE_CAP_FACTOR, StompProtocol
+from sluiceway.server.session import MAX_WAITING_CONTROL
 from sluiceway.server.stomp_server import StompServer
 
 
@@ -27,6 +28,7 @@ class MemoryTransport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.written = bytearray()
+        self.buffered = 0  # what the test says waits to be sent
         self.closing = False
         self.reading = True
 
@@ -34,7 +36,7 @@ class MemoryTransport(asyncio.Transport):
         self.written += data
 
     def get_write_buffer_size(self) -> int:
-        return 0
+        return self.buffered
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         pass
@@ -53,6 +55,9 @@ class MemoryTransport(asyncio.Transport):
 
     def resume_reading(self) -> None:
         self.reading = True
+
+    def is_reading(self) -> bool:
+        return self.reading
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 5555) if name == "peername" else default
@@ -161,28 +166,88 @@ class StalledStore(MemoryStore):
         return self.synced
 
 
-async def test_reading_stops_while_too_many_receipts_wait_for_the_journal() -> None:
-    store = StalledStore()
-    broker = Broker(BrokerConfig(), store=store)
+def sends(count: int, persistent: bool) -> bytes:
+    headers = {"destination": "/queue/q", "persistent": str(persistent).lower()}
+    return b"".join(
+        encode_frame(Frame("SEND", {**headers, "receipt": str(i)}), StompVersion.V1_2)
+        for i in range(count)
+    )
+
+
+def receipt_ids(transport: MemoryTransport) -> list[int]:
+    decoder = FrameDecoder(version=StompVersion.V1_2)
+    decoder.receive_data(bytes(transport.written))
+    ids = []
+    while (event := decoder.next_event()) is not None:
+        assert isinstance(event, Frame)
+        assert event.command == "RECEIPT"
+        ids.append(int(event.headers["receipt-id"]))
+    return ids
+
+
+def connected(broker: Broker) -> tuple[StompServer, StompProtocol, MemoryTransport]:
     server = StompServer(broker)
     protocol = StompProtocol(server)
     transport = MemoryTransport()
     protocol.connection_made(transport)
     protocol.data_received(encode_frame(Frame("CONNECT", {"accept-version": "1.2"})))
     transport.written.clear()
-    sends = b"".join(
-        encode_frame(
-            Frame("SEND", {"destination": "/queue/q", "persistent": "true", "receipt": str(i)}),
-            StompVersion.V1_2,
-        )
-        for i in range(MAX_WAITING_CONTROL + 10)
-    )
-    protocol.data_received(sends)
-    # Every RECEIPT waits for the sync, and there are too many of them: reading stops.
+    return server, protocol, transport
+
+
+async def test_frames_wait_unhandled_while_too_many_receipts_wait_for_the_journal() -> None:
+    store = StalledStore()
+    server, protocol, transport = connected(Broker(BrokerConfig(), store=store))
+    session = protocol.session
+    assert session is not None
+    protocol.data_received(sends(MAX_WAITING_CONTROL + 10, persistent=True))
+    # Every RECEIPT waits for the sync: the session stops once MAX_WAITING_CONTROL wait, the
+    # last ten SENDs stay unhandled, and the connection is not read.
     assert not transport.written
+    assert session.control_waiting == MAX_WAITING_CONTROL
+    assert store.last == MAX_WAITING_CONTROL
     assert not transport.reading
     assert protocol.info().reading_paused
     store.synced = store.last
     server.synced()
-    assert transport.written.count(b"RECEIPT") == MAX_WAITING_CONTROL + 10
+    assert receipt_ids(transport) == list(range(MAX_WAITING_CONTROL))
+    await asyncio.sleep(0)  # one loop turn: the ten left are handled, and reading goes on
+    assert store.last == MAX_WAITING_CONTROL + 10
+    assert session.control_waiting == 10
+    assert transport.is_reading()
+    store.synced = store.last
+    server.synced()
+    assert receipt_ids(transport) == list(range(MAX_WAITING_CONTROL + 10))
+
+
+async def test_receipts_due_at_once_are_written_a_bounded_batch_at_a_time() -> None:
+    _, protocol, transport = connected(Broker(BrokerConfig()))
+    session = protocol.session
+    assert session is not None
+    count = 2 * MAX_WAITING_CONTROL + 5
+    protocol.data_received(sends(count, persistent=False))
+    assert receipt_ids(transport) == list(range(MAX_WAITING_CONTROL))
+    turns = 0
+    while len(receipt_ids(transport)) < count:
+        assert session.control_waiting <= MAX_WAITING_CONTROL
+        await asyncio.sleep(0)
+        turns += 1
+        assert turns <= 2
+    assert receipt_ids(transport) == list(range(count))
+    assert transport.reading
+    assert session.control_waiting == 0
+
+
+async def test_receipts_wait_in_the_session_while_the_client_does_not_read() -> None:
+    config = BrokerConfig()
+    _, protocol, transport = connected(Broker(config))
+    transport.buffered = WRITE_CAP_FACTOR * config.write_high_water + 1
+    protocol.data_received(sends(3, persistent=False))
+    # Nothing more goes to a transport this full; the receipts wait, and so does reading.
+    assert not transport.written
+    assert not transport.reading
+    transport.buffered = 0
+    protocol.resume_writing()
+    await asyncio.sleep(0)  # the pump's turn writes what waited
+    assert receipt_ids(transport) == [0, 1, 2]
     assert transport.reading

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sluiceway.protocol.codec import encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.server.connection import WRITE_CHUNK, ConnectionInfo
+from sluiceway.server.connection import WRITE_CAP_FACTOR, WRITE_CHUNK, ConnectionInfo
 from sluiceway.server.websocket import (
     READ_CHUNK,
     SOCKET_CHECK_BYTES,
@@ -138,6 +138,9 @@ class FakeWebSocket:
 
 
 class RecordingProtocol(asyncio.Protocol):
+    session = None
+    closing = False  # its session's last frames are being written (StompProtocol.closing)
+
     def __init__(self) -> None:
         self.events: list[str] = []
         self.received: list[bytes] = []
@@ -203,6 +206,38 @@ async def test_pause_and_resume_follow_the_outgoing_buffer(fake_connection: Conn
     assert ws.sent == [(frame, TEXT), (frame, TEXT), (b"\n", TEXT)]
     assert protocol.events == ["made", "pause", "resume"]
     assert transport.get_write_buffer_size() == 0
+
+
+async def test_a_write_past_the_cap_drops_the_connection(fake_connection: Connection) -> None:
+    ws, _, transport = fake_connection
+    frame = encoded("MESSAGE", {"destination": "/queue/a"}, b"x" * 40)
+    transport.set_write_buffer_limits(high=len(frame), low=len(frame) // 2)
+    ws.gate.clear()  # the client is not reading
+    for _ in range(WRITE_CAP_FACTOR + 1):
+        transport.write(frame)  # what a protocol ignoring pause_writing would do
+    assert transport.get_write_buffer_size() == (WRITE_CAP_FACTOR + 1) * len(frame)
+    transport.write(frame)  # past the cap: the buffer does not take it
+    assert transport.is_closing()
+    assert transport.get_write_buffer_size() == 0
+    assert all(piece != frame for piece, _ in ws.sent)  # dropped, nothing sent
+
+
+async def test_a_closing_session_may_write_its_last_frames_past_the_cap(
+    fake_connection: Connection,
+) -> None:
+    ws, protocol, transport = fake_connection
+    frame = encoded("MESSAGE", {"destination": "/queue/a"}, b"x" * 40)
+    transport.set_write_buffer_limits(high=len(frame), low=len(frame) // 2)
+    ws.gate.clear()
+    for _ in range(WRITE_CAP_FACTOR + 1):
+        transport.write(frame)
+    protocol.closing = True
+    transport.write(RECEIPT)
+    transport.close()
+    assert transport.get_write_buffer_size() == (WRITE_CAP_FACTOR + 1) * len(frame) + len(RECEIPT)
+    ws.gate.set()
+    await asyncio.wait_for(protocol.lost.wait(), WAIT)
+    assert ws.sent[-1] == (RECEIPT, TEXT)
 
 
 async def test_reading_waits_while_paused_and_big_messages_come_in_chunks(

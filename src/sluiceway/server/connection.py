@@ -30,9 +30,11 @@ log = logging.getLogger(__name__)
 
 UNMETERED_TURN = 256  # with connection-flow-count 0, still yield to other connections this often
 WRITE_CHUNK = 32  # frames taken at a time, so the high-water mark is noticed within a chunk
-# Control frames (RECEIPTs) that may wait for the journal to sync before reading stops; reading
-# goes on once half of them are written. Beyond this a slow disk paces the client, not memory.
-MAX_WAITING_CONTROL = 4096
+# A client's unwritten bytes stay under this many times imq.stomp.write.high_water: MESSAGEs
+# stop at the high-water mark, and control frames (RECEIPTs...) at this multiple: then they wait
+# in the session, and once MAX_WAITING_CONTROL wait the client is not read either. A closing
+# session's last frames are the one exception (at most that many frames, then the socket closes).
+WRITE_CAP_FACTOR = 4
 CLOSE_LINGER_S = 5.0  # after an ERROR, how long a client that does not read may keep the socket
 
 
@@ -90,8 +92,9 @@ class StompProtocol(asyncio.Protocol):
         self._pump_scheduled = False
         self._writing_paused = False
         self._reading_paused = False
-        self._hold_paused = False  # not reading: this connection holds as many SENDs as it may
-        self._sync_paused = False  # not reading: MAX_WAITING_CONTROL frames wait for a sync
+        # Not reading: the session takes no further frame for now (it holds as many SENDs, or
+        # as many control frames wait to be written, as it may).
+        self._input_paused = False
         self._control_scheduled = False
         self._closed = False
         self._last_read = self._last_write = self._loop.time()
@@ -155,23 +158,23 @@ class StompProtocol(asyncio.Protocol):
             self._schedule_pump()
 
     def _check_input(self) -> None:
-        """Stop reading while the session holds as many SENDs as it may; go on when it does
-        not (the frames already received are handled first)."""
+        """Stop reading while the session's input is blocked; go on when it is not (the frames
+        already received are handled first)."""
         session, transport = self.session, self._transport
         if session is None or transport is None or self._closed:
             return
         if session.input_blocked:
-            if not self._hold_paused:
-                self._hold_paused = True
+            if not self._input_paused:
+                self._input_paused = True
                 transport.pause_reading()
-        elif self._hold_paused:
-            self._hold_paused = False
+        elif self._input_paused:
+            self._input_paused = False
             self._resume_reading()
 
     @property
     def _not_reading(self) -> bool:
         """Reading stopped by choice (any of the three reasons)."""
-        return self._reading_paused or self._hold_paused or self._sync_paused
+        return self._reading_paused or self._input_paused
 
     def _resume_reading(self) -> None:
         """Read again, unless another reason to stop still holds."""
@@ -187,13 +190,14 @@ class StompProtocol(asyncio.Protocol):
             self._loop.call_soon(self._control_turn)
 
     def _control_turn(self) -> None:
-        """A held SEND was settled: write what it owes, and read again if reading had stopped."""
+        """A held SEND was settled, or control frames were written: write what is owed, and
+        handle the frames left unread and read again if the session's input was blocked."""
         self._control_scheduled = False
         session = self.session
         if session is None or self._closed:
             return
         try:
-            if self._hold_paused and not session.input_blocked:
+            if self._input_paused and not session.input_blocked:
                 self._received(b"")  # the frames buffered while reading was stopped
             else:
                 self.flush_control()
@@ -243,37 +247,36 @@ class StompProtocol(asyncio.Protocol):
             self._close_after_flush()
 
     def _flush_control(self) -> None:
-        assert self.session is not None
-        data = self.session.data_to_send(self._server.broker.store.synced_lsn)
-        if self.session.waiting_for_sync:
+        session = self.session
+        assert session is not None
+        if self._write_capped and not session.closing:
+            # The client does not read what it was sent: its control frames wait in the
+            # session (resume_writing brings them), and this connection is not read meanwhile.
+            self._pause_reading()
+            return
+        data = session.data_to_send(self._server.broker.store.synced_lsn)
+        if session.waiting_for_sync:
             self._server.wait_for_sync(self)
-        self._pace_by_sync()
+        if data and self._input_paused and not session.input_blocked:
+            self._schedule_control()  # the frames left unread while too many waited go on
         if data:
             self._write(data)
-            # Control frames are never held back; only a client that does not read them at all
-            # can make them pile up, and then it stops being read too.
-            transport = self._transport
-            if (
-                transport is not None
-                and not self._reading_paused
-                and transport.get_write_buffer_size() > 4 * self._server.config.write_high_water
-            ):
-                self._reading_paused = True
-                transport.pause_reading()
+            if self._write_capped:
+                self._pause_reading()
 
-    def _pace_by_sync(self) -> None:
-        """Stop reading while MAX_WAITING_CONTROL frames wait for the journal; go on at half."""
-        assert self.session is not None
-        waiting = self.session.control_waiting
+    @property
+    def _write_capped(self) -> bool:
+        """As many bytes wait to be written as may (WRITE_CAP_FACTOR x the high-water mark)."""
         transport = self._transport
-        if transport is None or self._closed:
-            return
-        if waiting >= MAX_WAITING_CONTROL and not self._sync_paused:
-            self._sync_paused = True
+        cap = WRITE_CAP_FACTOR * self._server.config.write_high_water
+        return transport is not None and transport.get_write_buffer_size() > cap
+
+    def _pause_reading(self) -> None:
+        """Stop reading until writing resumes."""
+        transport = self._transport
+        if transport is not None and not self._reading_paused:
+            self._reading_paused = True
             transport.pause_reading()
-        elif self._sync_paused and waiting <= MAX_WAITING_CONTROL // 2:
-            self._sync_paused = False
-            self._resume_reading()
 
     def _schedule_pump(self) -> None:
         if not self._pump_scheduled and not self._closed:
@@ -368,7 +371,8 @@ class StompProtocol(asyncio.Protocol):
         """Checked every half interval, so the client never waits a full interval for a byte."""
         assert self.session is not None
         half = self.session.heartbeat.send_ms / 2000
-        if self._loop.time() - self._last_write >= half:
+        # Bytes still waiting to be written serve as the heart-beat (the client has unread data).
+        if self._loop.time() - self._last_write >= half and not self.write_buffer_size:
             self._write(b"\n")
         self._later("send-heartbeat", half, self._send_heartbeat)
 
@@ -422,6 +426,11 @@ class StompProtocol(asyncio.Protocol):
             traffic.frames_in, traffic.frames_out = session.frames_in, session.frames_out
             traffic.msgs_in, traffic.msgs_out = session.sends_in, session.messages_out
         return traffic
+
+    @property
+    def closing(self) -> bool:
+        """The session has ended: its last frames are being written."""
+        return self.session is not None and self.session.closing
 
     @property
     def write_buffer_size(self) -> int:

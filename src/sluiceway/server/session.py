@@ -79,6 +79,10 @@ log = logging.getLogger(__name__)
 Extra = Mapping[str, str] | None  # headers a handler adds to its RECEIPT
 # A handler's answer when the frame's RECEIPT is owed later (a held SEND).
 DEFERRED: Final[Mapping[str, str]] = MappingProxyType({})
+# Control frames (RECEIPT, ERROR...) that may wait to be written, most of them for the journal
+# to sync, before the session takes no further frame: past this a slow disk (or a client that
+# does not read) paces the client, and the bytes it sends wait in the socket, not in memory.
+MAX_WAITING_CONTROL: Final = 4096
 
 
 class SessionState(enum.Enum):
@@ -137,10 +141,12 @@ class StompSession:
         )
         # Control frames waiting to be written, each with the journal position it depends on
         # (0: none). They go out in order: a RECEIPT promises that every earlier frame was
-        # handled, so nothing overtakes a receipt that waits for the journal to sync. Bounded by
-        # the I/O layer: it stops reading once MAX_WAITING_CONTROL wait (server.connection), so
-        # at most that plus the frames of one read.
+        # handled, so nothing overtakes a receipt that waits for the journal to sync.
         self._control: deque[tuple[int, bytes]] = deque()
+        # Its bound: frames are handled only while fewer than MAX_WAITING_CONTROL wait, and a
+        # frame queues at most one; a held SEND's answer comes later (at most hold_max_messages
+        # are held); then a closing ERROR and a DISCONNECT's RECEIPT. Checked in `_queue`.
+        self._control_limit = MAX_WAITING_CONTROL + config.hold_max_messages + 2
         self._handlers: dict[str, Callable[[Frame], Extra]] = {
             "CONNECT": self._on_connect,
             "STOMP": self._on_connect,
@@ -196,7 +202,11 @@ class StompSession:
 
     @property
     def input_blocked(self) -> bool:
-        """The connection holds as many SENDs as it may: read no further frames for now."""
+        """Read no further frames for now: the connection holds as many SENDs as it may, or as
+        many control frames wait to be written as may (they go once the journal syncs and the
+        client reads)."""
+        if len(self._control) >= MAX_WAITING_CONTROL:
+            return True
         core = self.core
         return core is not None and bool(core.held) and self.broker.producers.hold_full(core)
 
@@ -222,6 +232,17 @@ class StompSession:
         return len(self._control)
 
     def _queue(self, data: bytes, lsn: int = 0) -> None:
+        if len(self._control) >= self._control_limit:
+            # Not reached while the bound above holds; were it broken, the connection ends
+            # (the client sees it drop, as after a network failure) rather than grow this.
+            log.error(
+                "%s: %d control frames wait to be written, the most a connection may have; "
+                "closing the connection",
+                self.peer,
+                len(self._control),
+            )
+            self._close()
+            return
         self.frames_out += 1
         self._control.append((lsn, data))
 

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import WSMsgType, web
 
-from sluiceway.server.connection import CLOSE_LINGER_S, StompProtocol
+from sluiceway.server.connection import CLOSE_LINGER_S, WRITE_CAP_FACTOR, StompProtocol
 from sluiceway.server.stomp_server import StompServer
 
 if TYPE_CHECKING:
@@ -146,8 +146,9 @@ class WebSocketTransport(asyncio.Transport):
         self._below = below  # the socket's transport, under the WebSocket
         self._protocol = protocol
         self._splitter = FrameSplitter()
-        # The outgoing buffer. It is bounded by the protocol, which stops writing messages when
-        # told to pause (above `_high`) and stops reading when its control frames pile up.
+        # The outgoing buffer. The protocol writes MESSAGEs only below `_high` and control
+        # frames only below WRITE_CAP_FACTOR x `_high` (but a closing session's last frames);
+        # `write` checks it, so the buffer never takes a write past that.
         self._outgoing: collections.deque[bytes] = collections.deque()
         self._buffered = 0  # bytes in `_outgoing`, the message being sent included
         self._high = 64 * 1024  # asyncio's defaults, until the protocol sets its own
@@ -165,6 +166,17 @@ class WebSocketTransport(asyncio.Transport):
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closing or self._aborted or self._lost:
+            return
+        protocol = self._protocol
+        if self._buffered > WRITE_CAP_FACTOR * self._high and not protocol.closing:
+            log.error(
+                "%s: a write came while %d bytes waited to be sent, more than a connection may "
+                "buffer (%d); dropping the connection",
+                protocol.session.peer if protocol.session is not None else "?",
+                self._buffered,
+                WRITE_CAP_FACTOR * self._high,
+            )
+            self.abort()
             return
         for piece in self._splitter.split(bytes(data)):
             self._outgoing.append(piece)
