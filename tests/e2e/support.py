@@ -30,6 +30,23 @@ async def eventually(predicate: Callable[[], bool], timeout: float = WAIT) -> No
         await asyncio.sleep(0.005)
 
 
+async def turns_until(condition: Callable[[], bool], limit: int = 100) -> None:
+    """Run the event loop one turn at a time until `condition` holds; fail after `limit` turns."""
+    turns = 0
+    while not condition():
+        if turns == limit:
+            raise AssertionError(f"not reached within {limit} event-loop turns")
+        await asyncio.sleep(0)
+        turns += 1
+
+
+async def loop_turns(count: int) -> None:
+    """Let the event loop run `count` turns: for tests whose unit of time is the loop's turn
+    (a pump writes at most so much per turn), where nothing is awaited but the turns themselves."""
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
 def connection_infos(broker: BrokerThread) -> list[ConnectionInfo]:
     """A snapshot of the broker's connections, taken on its own event loop."""
     return broker.call(lambda: broker.server.connections() if broker.server else [])

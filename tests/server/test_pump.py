@@ -20,6 +20,7 @@ from sluiceway.protocol.frames import Frame, StompVersion
 from sluiceway.server.connection import UNMETERED_TURN, WRITE_CAP_FACTOR, StompProtocol
 from sluiceway.server.session import MAX_WAITING_CONTROL
 from sluiceway.server.stomp_server import StompServer
+from tests.e2e.support import loop_turns, turns_until
 
 
 class MemoryTransport(asyncio.Transport):
@@ -109,7 +110,7 @@ async def test_each_turn_writes_at_most_flow_count_messages() -> None:
     harness.feed(Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "auto"}))
     assert harness.output() == []  # messages are written by the pump, not while reading
     for turn in range(5):
-        await asyncio.sleep(0)  # one event-loop iteration: one pump turn
+        await turns_until(lambda: bool(harness.transport.written), limit=1)  # one pump turn
         messages = harness.output()
         assert [m.body for m in messages] == [b"%d" % i for i in range(turn * 10, turn * 10 + 10)]
         # A frame arriving now is answered at once, before the next batch of messages.
@@ -123,9 +124,9 @@ async def test_unmetered_connection_still_yields_every_turn() -> None:
     harness = Harness(flow_count=0)
     harness.backlog(UNMETERED_TURN + 50)
     harness.feed(Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "auto"}))
-    await asyncio.sleep(0)  # one event-loop iteration: one pump turn
+    await turns_until(lambda: bool(harness.transport.written), limit=1)  # one pump turn
     assert len(harness.output()) == UNMETERED_TURN
-    await asyncio.sleep(0)  # and the next
+    await turns_until(lambda: bool(harness.transport.written), limit=1)  # and the next
     assert len(harness.output()) == 50
 
 
@@ -134,14 +135,13 @@ async def test_no_messages_are_written_above_the_high_water_mark() -> None:
     harness.backlog(30)
     harness.feed(Frame("SUBSCRIBE", {"destination": "/queue/q", "id": "s", "ack": "auto"}))
     harness.protocol.pause_writing()  # what the transport does above its high-water mark
-    for _ in range(3):
-        await asyncio.sleep(0)  # three pump turns, each of which would write if not paused
+    await loop_turns(3)  # three pump turns, each of which would write if not paused
     assert harness.output() == []
     harness.feed(Frame("BEGIN", {"transaction": "t", "receipt": "r"}))
     assert [f.command for f in harness.output()] == ["RECEIPT"]  # control frames still go
     harness.protocol.resume_writing()
-    for _ in range(3):
-        await asyncio.sleep(0)  # three pump turns of at most 10 messages each
+    # three pump turns of at most 10 messages each
+    await turns_until(lambda: harness.transport.written.count(b"MESSAGE\n") == 30, limit=3)
     assert len(harness.output()) == 30
 
 
@@ -211,7 +211,8 @@ async def test_frames_wait_unhandled_while_too_many_receipts_wait_for_the_journa
     store.synced = store.last
     server.synced()
     assert receipt_ids(transport) == list(range(MAX_WAITING_CONTROL))
-    await asyncio.sleep(0)  # one loop turn: the ten left are handled, and reading goes on
+    # One loop turn: the ten left are handled, and reading goes on.
+    await turns_until(lambda: store.last == MAX_WAITING_CONTROL + 10, limit=1)
     assert store.last == MAX_WAITING_CONTROL + 10
     assert session.control_waiting == 10
     assert transport.is_reading()
@@ -227,12 +228,12 @@ async def test_receipts_due_at_once_are_written_a_bounded_batch_at_a_time() -> N
     count = 2 * MAX_WAITING_CONTROL + 5
     protocol.data_received(sends(count, persistent=False))
     assert receipt_ids(transport) == list(range(MAX_WAITING_CONTROL))
-    turns = 0
-    while len(receipt_ids(transport)) < count:
-        assert session.control_waiting <= MAX_WAITING_CONTROL
-        await asyncio.sleep(0)
-        turns += 1
-        assert turns <= 2
+
+    def all_written() -> bool:
+        assert session.control_waiting <= MAX_WAITING_CONTROL  # at every turn
+        return len(receipt_ids(transport)) == count
+
+    await turns_until(all_written, limit=2)
     assert receipt_ids(transport) == list(range(count))
     assert transport.reading
     assert session.control_waiting == 0
@@ -248,6 +249,6 @@ async def test_receipts_wait_in_the_session_while_the_client_does_not_read() -> 
     assert not transport.reading
     transport.buffered = 0
     protocol.resume_writing()
-    await asyncio.sleep(0)  # the pump's turn writes what waited
+    await turns_until(lambda: bool(transport.written), limit=1)  # the pump writes what waited
     assert receipt_ids(transport) == [0, 1, 2]
     assert transport.reading

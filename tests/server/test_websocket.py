@@ -28,6 +28,7 @@ from sluiceway.server.websocket import (
 from sluiceway.testing import BrokerThread
 from tests.conftest import BrokerFactory
 from tests.e2e.rawclient import RawClient
+from tests.e2e.support import turns_until
 from tests.protocol.test_codec_properties import frames
 from tests.server.conftest import TlsFiles
 from tests.server.wsclient import WsStomp
@@ -161,15 +162,6 @@ class RecordingProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.events.append("lost")
         self.lost.set()
-
-
-async def turns_until(condition: Callable[[], bool], limit: int = 100) -> None:
-    """Run the event loop one turn at a time until `condition` holds (at most `limit` turns)."""
-    for _ in range(limit):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"not reached within {limit} event-loop turns")
 
 
 @pytest.fixture

@@ -95,6 +95,7 @@ class StompProtocol(asyncio.Protocol):
         # Not reading: the session takes no further frame for now (it holds as many SENDs, or
         # as many control frames wait to be written, as it may).
         self._input_paused = False
+        self._write_cap = WRITE_CAP_FACTOR * server.config.write_high_water
         self._control_scheduled = False
         self._closed = False
         self._last_read = self._last_write = self._loop.time()
@@ -173,7 +174,7 @@ class StompProtocol(asyncio.Protocol):
 
     @property
     def _not_reading(self) -> bool:
-        """Reading stopped by choice (any of the three reasons)."""
+        """Reading stopped by choice (either reason)."""
         return self._reading_paused or self._input_paused
 
     def _resume_reading(self) -> None:
@@ -257,9 +258,9 @@ class StompProtocol(asyncio.Protocol):
         data = session.data_to_send(self._server.broker.store.synced_lsn)
         if session.waiting_for_sync:
             self._server.wait_for_sync(self)
-        if data and self._input_paused and not session.input_blocked:
-            self._schedule_control()  # the frames left unread while too many waited go on
         if data:
+            if self._input_paused and not session.input_blocked:
+                self._schedule_control()  # the frames left unread while too many waited go on
             self._write(data)
             if self._write_capped:
                 self._pause_reading()
@@ -268,8 +269,7 @@ class StompProtocol(asyncio.Protocol):
     def _write_capped(self) -> bool:
         """As many bytes wait to be written as may (WRITE_CAP_FACTOR x the high-water mark)."""
         transport = self._transport
-        cap = WRITE_CAP_FACTOR * self._server.config.write_high_water
-        return transport is not None and transport.get_write_buffer_size() > cap
+        return transport is not None and transport.get_write_buffer_size() > self._write_cap
 
     def _pause_reading(self) -> None:
         """Stop reading until writing resumes."""
