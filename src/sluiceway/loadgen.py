@@ -73,8 +73,7 @@ async def produce(
         prefix = b"%d " % index
         body = prefix + padding[len(prefix) :]
         stream.send(Frame("SEND", {**headers, "receipt": str(index)}, body))
-        if stream.writer.transport.get_write_buffer_size() > 1 << 20:
-            await stream.writer.drain()
+        await stream.drain()  # while the transport holds more than WRITE_BUFFER_HIGH bytes
     await reader
     result.seconds = time.monotonic() - started
     await stream.close()

@@ -20,8 +20,9 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 
 from sluiceway.bench.accounting import LatencyHistogram, SequenceBitmap, Series
-from sluiceway.bench.stream import READ_CHUNK, Refused, StompStream
+from sluiceway.bench.stream import Refused, StompStream
 from sluiceway.collector import tune_collector
+from sluiceway.errors import RemoteProtocolError
 from sluiceway.protocol.frames import Frame
 
 # Prefetch (how many unacknowledged messages the broker may send one subscription), under each
@@ -30,7 +31,6 @@ PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count", "consumer-flow-li
 POLL_SECONDS = 0.1  # how often a waiting consumer or producer looks at the stop event
 STOP_GRACE_SECONDS = 1.0  # at most this long reading on after the stop event
 PUBLISH_EVERY = 64  # messages between updates of the shared counters (they cost a lock-free write)
-WRITE_BUFFER_HIGH = 1 << 20  # bytes queued in the socket before a producer waits for it to drain
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,61 +139,22 @@ def producer_main(spec: ProducerSpec, shared: Shared, slot: int) -> None:
 
 async def _produce(spec: ProducerSpec, shared: Shared, slot: int, result: ProducerResult) -> None:
     stream = await spec.target.connect(**{"failed-receipts": "true"} if spec.receipts else {})
-    credit = asyncio.Semaphore(spec.window)
-    finished = asyncio.Event()
-
-    async def read_answers() -> None:
-        try:
-            while True:
-                frame = await stream.next_frame()
-                if frame.command == "ERROR":
-                    result.error = frame.headers.get("message", "ERROR from the broker")
-                    break
-                if frame.command != "RECEIPT":
-                    continue
-                if frame.headers.get("receipt-id", "") == "bye":
-                    break
-                if "status" in frame.headers:
-                    result.refused += 1
-                    result.first_refusal = result.first_refusal or frame.headers.get("detail", "")
-                else:
-                    result.accepted += 1
-                credit.release()
-        except ConnectionError as exc:
-            result.error = str(exc)
-        finally:
-            finished.set()
-            for _ in range(spec.window):
-                credit.release()  # nothing more will be answered: let the sender see `finished`
-
-    reader = asyncio.create_task(read_answers())
+    sender = Sender(spec, stream, shared, result)
     shared.ready[slot] = 1
     await asyncio.get_running_loop().run_in_executor(None, shared.go.wait)
-
-    async def send_and_leave() -> None:
-        await _send_all(
-            spec, stream=stream, shared=shared, credit=credit, finished=finished, result=result
-        )
-        if not finished.is_set():
-            # DISCONNECT with a receipt: the broker answers once it has handled every frame
-            # before it, so the run ends when the broker has the last message, not when it left.
-            stream.send(Frame("DISCONNECT", {"receipt": "bye"}))
-        await reader
-
-    work = asyncio.create_task(send_and_leave())
+    sender.start()
     stopped = asyncio.create_task(_stopped(shared))
-    await asyncio.wait((work, stopped), return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait((sender.done, stopped), return_when=asyncio.FIRST_COMPLETED)
     stopped.cancel()
-    if not work.done():
+    if not sender.done.done():
         # The run ended without this producer: the broker stopped taking its messages (a
         # producer held by flow control), or stopped answering. Say so rather than vanish.
-        work.cancel()
-        reader.cancel()
+        sender.stop()
         result.error = result.error or (
             f"stopped after {result.sent:,} sends: the broker took no more messages or "
             "receipts from this producer for --timeout seconds (held by flow control?)"
         )
-        stream.writer.transport.abort()
+        stream.transport.abort()
         return
     result.finished_ns = time.monotonic_ns()
     await stream.close()
@@ -205,52 +166,112 @@ async def _stopped(shared: Shared) -> None:
         await asyncio.sleep(POLL_SECONDS)
 
 
-async def _send_all(
-    spec: ProducerSpec,
-    *,
-    stream: StompStream,
-    shared: Shared,
-    credit: asyncio.Semaphore,
-    finished: asyncio.Event,
-    result: ProducerResult,
-) -> None:
-    # `persistent` only when true (false is every broker's default): RabbitMQ reads
-    # `persistent:false` on a SEND to /queue/NAME as a request for a non-durable queue, and drops
-    # the connection when the queue exists as a durable one.
-    headers = {"destination": spec.destination}
-    if spec.persistent:
-        headers["persistent"] = "true"
-    padding = b"x" * spec.size
-    interval_ns = round(1e9 / spec.rate) if spec.rate else 0
-    result.started_ns = time.monotonic_ns()
-    for seq in range(spec.count):
-        if interval_ns:
-            # Paced by the schedule, not by the previous send, so a late send does not push
-            # every later one back.
-            delay = result.started_ns + seq * interval_ns - time.monotonic_ns()
-            if delay > 0:
-                stream.flush()
-                await asyncio.sleep(delay / 1e9)
-        if spec.receipts:
-            if credit.locked():
-                stream.flush()  # what the broker is to answer goes out before waiting for it
-            await credit.acquire()
-        if finished.is_set():
-            break
-        frame_headers = {**headers, "receipt": str(seq)} if spec.receipts else headers
-        body = body_for(spec.producer_id, seq, spec.size, padding)
-        stream.queue(Frame("SEND", frame_headers, body))
-        result.sent = seq + 1
-        if seq % PUBLISH_EVERY == 0:
-            shared.sent[spec.producer_id] = result.sent
-        if stream.writer.transport.get_write_buffer_size() > WRITE_BUFFER_HIGH:
-            await stream.writer.drain()
-    stream.flush()
-    shared.sent[spec.producer_id] = result.sent
-    if spec.receipts:
-        # Every credit back means every send was answered.
-        for _ in range(spec.window):
-            await credit.acquire()
+class Sender:
+    """A producer's sends, made from the event loop's callbacks: when a paced message is due (a
+    timer), when receipts give credit back (a read) and when the transport takes more (writing
+    resumed). No task is woken and no future made per message.
+
+    The producer is done (`done`) once the broker has answered its DISCONNECT, which it does
+    after handling every frame before it, so the run ends when the broker has the last message;
+    or once the broker sent an ERROR or closed the connection.
+    """
+
+    def __init__(
+        self, spec: ProducerSpec, stream: StompStream, shared: Shared, result: ProducerResult
+    ) -> None:
+        self.spec, self.stream, self.shared, self.result = spec, stream, shared, result
+        self._loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = self._loop.create_future()
+        # `persistent` only when true (false is every broker's default): RabbitMQ reads
+        # `persistent:false` on a SEND to /queue/NAME as a request for a non-durable queue, and
+        # drops the connection when the queue exists as a durable one.
+        self.headers = {"destination": spec.destination}
+        if spec.persistent:
+            self.headers["persistent"] = "true"
+        self.padding = b"x" * spec.size
+        self.interval_ns = round(1e9 / spec.rate) if spec.rate else 0
+        self.unanswered = 0  # sends whose receipt has not come (only with receipts)
+        self.leaving = False  # DISCONNECT sent
+        self.timer: asyncio.TimerHandle | None = None  # the next paced send
+
+    def start(self) -> None:
+        self.stream.on_data = self.take_answers
+        self.stream.on_writable = self.send_due
+        self.result.started_ns = time.monotonic_ns()
+        self.send_due()
+
+    def stop(self) -> None:
+        self.stream.on_data = self.stream.on_writable = None
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def send_due(self) -> None:
+        """Send what may go now; a timer, a receipt or writing resumed calls again."""
+        if self.timer is not None:
+            self.timer.cancel()  # called early (writing resumed): the loop below sets it again
+            self.timer = None
+        spec, stream, result = self.spec, self.stream, self.result
+        seq = result.sent
+        while seq < spec.count and not self.done.done():
+            if self.interval_ns:
+                # Paced by the schedule, not by the previous send, so a late send does not push
+                # every later one back.
+                wait_ns = result.started_ns + seq * self.interval_ns - time.monotonic_ns()
+                if wait_ns > 0:
+                    self.timer = self._loop.call_later(wait_ns / 1e9, self.send_due)
+                    break
+            if spec.receipts and self.unanswered >= spec.window:
+                break  # the receipts' arrival calls again
+            if not stream.writable:
+                break  # resume_writing calls again
+            headers = {**self.headers, "receipt": str(seq)} if spec.receipts else self.headers
+            body = body_for(spec.producer_id, seq, spec.size, self.padding)
+            stream.queue(Frame("SEND", headers, body))
+            if spec.receipts:
+                self.unanswered += 1
+            seq = result.sent = seq + 1
+            if seq % PUBLISH_EVERY == 0:
+                self.shared.sent[spec.producer_id] = seq
+        stream.flush()  # what the broker is to answer goes out before any wait for it
+        self.shared.sent[spec.producer_id] = seq
+        if seq == spec.count and not self.unanswered and not self.leaving:
+            # Every send answered (or none asked for): leave, with a receipt that the broker
+            # gives once it has handled every frame before it.
+            self.leaving = True
+            stream.send(Frame("DISCONNECT", {"receipt": "bye"}))
+
+    def take_answers(self) -> None:
+        """The frames read: receipts give credit back; an ERROR or a lost connection ends."""
+        result = self.result
+        try:
+            while (event := self.stream.decoder.next_event()) is not None:
+                if not isinstance(event, Frame) or self.done.done():
+                    continue
+                if event.command == "ERROR":
+                    self._finish(event.headers.get("message", "ERROR from the broker"))
+                elif event.command != "RECEIPT":
+                    continue
+                elif event.headers.get("receipt-id", "") == "bye":
+                    self._finish("")
+                elif "status" in event.headers:
+                    result.refused += 1
+                    result.first_refusal = result.first_refusal or event.headers.get("detail", "")
+                    self.unanswered -= 1
+                else:
+                    result.accepted += 1
+                    self.unanswered -= 1
+        except RemoteProtocolError as exc:
+            self._finish(f"the broker sent what is not STOMP: {exc}")
+        if self.stream.lost is not None:
+            self._finish(str(self.stream.lost))
+        elif not self.done.done() and self.timer is None:
+            self.send_due()
+
+    def _finish(self, error: str) -> None:
+        if not self.done.done():
+            self.result.error = self.result.error or error
+            self.stop()
+            self.done.set_result(None)
 
 
 def consumer_main(spec: ConsumerSpec, shared: Shared) -> None:
@@ -309,42 +330,112 @@ async def _consume(spec: ConsumerSpec, shared: Shared, tally: Tally) -> None:
         raise RuntimeError(f"SUBSCRIBE refused: {frame.headers.get('message', frame.command)}")
     shared.ready[spec.consumer_id] = 1
     loop = ConsumerLoop(spec, shared, stream, tally)
-    await loop.run()
+    try:
+        await loop.run()
+    finally:
+        loop.stop()
     tally.result.idle_seconds = loop.idle
     stream.send(Frame("DISCONNECT", {}))
-    await stream.writer.drain()
     await stream.close()
 
 
 class ConsumerLoop:
-    """Handles frames as they are decoded; reads more only when the decoder has none left."""
+    """Handles frames in the read's callback, as they are decoded: no task woken and no timer
+    set per read. A consumer with a per-message delay stops reading while it works off what was
+    read (a timer per delay, as the work it stands for would take)."""
 
     def __init__(
         self, spec: ConsumerSpec, shared: Shared, stream: StompStream, tally: Tally
     ) -> None:
         self.spec, self.shared, self.stream, self.tally = spec, shared, stream, tally
+        self._loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = self._loop.create_future()
         # client (cumulative) acknowledgement: ack half a prefetch window at a time, so that
         # the broker never waits on us; without a known window, every message.
         self.ack_every = max(1, spec.prefetch // 2) if spec.ack == "client" else 1
         self.unacked = ""
         self.pending = 0
+        self.delaying = False  # a message is being worked on (its delay has not passed)
+        self.started = False  # the producers have been let go
         self.stopping = 0.0  # monotonic deadline once the parent has said stop
+        self.heard = False  # something was read since the last poll
+        self.waiting_since = time.monotonic()  # the decoder ran dry then; 0 while frames wait
         self.idle = 0.0  # seconds spent waiting for the broker once the producers started
+        self.poll_timer: asyncio.TimerHandle | None = None
+        self.work_timer: asyncio.TimerHandle | None = None  # the delay under way
 
     async def run(self) -> None:
-        while True:
-            event = self.stream.decoder.next_event()
-            if isinstance(event, Frame):
-                if self.handle(event) and self.spec.delay_ms:
-                    self.stream.flush()  # the previous message's ACK goes before this wait
-                    await asyncio.sleep(self.spec.delay_ms / 1000)
-                    self.acknowledge()
-            elif event is None:
-                self.stream.flush()  # the ACKs of everything read so far, in one write
-                if not await self.read_more():
-                    break
+        self.stream.on_data = self.take_frames
+        self.poll_timer = self._loop.call_later(POLL_SECONDS, self.poll)
+        self.take_frames()  # any read with the SUBSCRIBE's receipt
+        await self.done
         if self.pending:
             self.stream.send(Frame("ACK", {"id": self.unacked}))
+
+    def stop(self) -> None:
+        self.stream.on_data = None
+        for timer in (self.poll_timer, self.work_timer):
+            if timer is not None:
+                timer.cancel()
+
+    def take_frames(self) -> None:
+        """Handle the frames decoded, then read on (what the handling wrote goes in one write)."""
+        if self.delaying or self.done.done():
+            return
+        self.heard = True
+        if self.waiting_since:
+            self.started = self.started or self.shared.go.is_set()
+            if self.started and not self.stopping:
+                self.idle += time.monotonic() - self.waiting_since
+            self.waiting_since = 0.0
+        try:
+            while (event := self.stream.decoder.next_event()) is not None:
+                if isinstance(event, Frame) and self.handle(event) and self.spec.delay_ms:
+                    self.stream.flush()  # the previous message's ACK goes before this wait
+                    self.stream.pause_reading()
+                    self.delaying = True
+                    delay = self.spec.delay_ms / 1000
+                    self.work_timer = self._loop.call_later(delay, self.worked)
+                    return
+        except RuntimeError as exc:
+            self._finish(exc)
+            return
+        except RemoteProtocolError as exc:
+            self._finish(RuntimeError(f"the broker sent what is not STOMP: {exc}"))
+            return
+        self.stream.flush()  # the ACKs of everything read so far, in one write
+        self.shared.received[self.spec.consumer_id] = self.tally.result.received
+        if self.stream.lost is not None:
+            self._finish(ConnectionError("the broker closed the connection"))
+            return
+        self.waiting_since = time.monotonic()
+        self.stream.resume_reading()
+
+    def worked(self) -> None:
+        """A message's delay has passed: acknowledge it and handle the next."""
+        self.delaying = False
+        self.acknowledge()
+        self.take_frames()
+
+    def poll(self) -> None:
+        """Every POLL_SECONDS: once the parent has said stop, read on until the line is quiet
+        (or for a second at most), so that duplicates arriving after the last expected message
+        are still counted."""
+        now = time.monotonic()
+        if not self.stopping and self.shared.stop.is_set():
+            self.stopping = now + STOP_GRACE_SECONDS
+        elif self.stopping and not self.delaying and (not self.heard or now > self.stopping):
+            self._finish(None)
+            return
+        self.heard = False
+        self.poll_timer = self._loop.call_later(POLL_SECONDS, self.poll)
+
+    def _finish(self, error: BaseException | None) -> None:
+        if not self.done.done():
+            if error is None:
+                self.done.set_result(None)
+            else:
+                self.done.set_exception(error)
 
     def handle(self, frame: Frame) -> bool:
         """Count a MESSAGE (True) and, without a delay, acknowledge it; other frames: False."""
@@ -365,26 +456,3 @@ class ConsumerLoop:
         if self.pending >= self.ack_every:
             self.stream.queue(Frame("ACK", {"id": self.unacked}))
             self.pending = 0
-
-    async def read_more(self) -> bool:
-        """Feed the decoder; False when the consumer should finish."""
-        self.shared.received[self.spec.consumer_id] = self.tally.result.received
-        waiting_since = time.monotonic()
-        if not self.stopping and self.shared.stop.is_set():
-            # Read on until the line is quiet (or for a second at most), so that duplicates
-            # arriving after the last expected message are still counted.
-            self.stopping = waiting_since + STOP_GRACE_SECONDS
-        if self.stopping and waiting_since > self.stopping:
-            return False
-        try:
-            data = await asyncio.wait_for(self.stream.reader.read(READ_CHUNK), POLL_SECONDS)
-        except TimeoutError:
-            data = None
-        if not self.stopping and self.shared.go.is_set():
-            self.idle += time.monotonic() - waiting_since
-        if data is None:
-            return not self.stopping
-        if not data:
-            raise ConnectionError("the broker closed the connection")
-        self.stream.decoder.receive_data(data)
-        return True
