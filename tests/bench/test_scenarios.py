@@ -86,6 +86,22 @@ def test_fairness_gives_the_slow_consumer_fewer_messages(
     assert all(c["idle_seconds"] >= 0 for c in result["consumers"])
 
 
+def test_fairness_reports_the_time_fast_consumers_wait_with_nothing_to_do(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    # Prefetch 100 of 300 messages: each consumer is given 100. The fast two are done in a
+    # fraction of a second, then hear nothing more while the slow one works 2 s on its share.
+    status, result = bench(
+        broker, tmp_path, "fairness", "--delays", "20,1,1", "--prefetch", "100",
+        "--messages", "300", "--destination", "/queue/idle",
+    )  # fmt: skip
+    assert status == 0
+    slow, *fast = result["consumers"]
+    assert [c["received"] for c in result["consumers"]] == [100, 100, 100]
+    assert all(c["idle_seconds"] > 1.0 for c in fast)
+    assert slow["idle_seconds"] < min(c["idle_seconds"] for c in fast)
+
+
 def test_backlog_fills_then_drains_in_order(broker: BrokerProcess, tmp_path: Path) -> None:
     status, result = bench(
         broker, tmp_path, "backlog", "--messages", "2000", "--receipts", "--ack", "client",

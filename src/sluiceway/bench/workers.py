@@ -383,11 +383,8 @@ class ConsumerLoop:
         if self.delaying or self.done.done():
             return
         self.heard = True
-        if self.waiting_since:
-            self.started = self.started or self.shared.go.is_set()
-            if self.started and not self.stopping:
-                self.idle += time.monotonic() - self.waiting_since
-            self.waiting_since = 0.0
+        self._count_idle(time.monotonic())
+        self.waiting_since = 0.0
         try:
             while (event := self.stream.decoder.next_event()) is not None:
                 if isinstance(event, Frame) and self.handle(event) and self.spec.delay_ms:
@@ -422,6 +419,7 @@ class ConsumerLoop:
         (or for a second at most), so that duplicates arriving after the last expected message
         are still counted."""
         now = time.monotonic()
+        self._count_idle(now)  # a consumer left with nothing to do hears nothing more
         if not self.stopping and self.shared.stop.is_set():
             self.stopping = now + STOP_GRACE_SECONDS
         elif self.stopping and not self.delaying and (not self.heard or now > self.stopping):
@@ -429,6 +427,14 @@ class ConsumerLoop:
             return
         self.heard = False
         self.poll_timer = self._loop.call_later(POLL_SECONDS, self.poll)
+
+    def _count_idle(self, now: float) -> None:
+        """Add the time waited for the broker since `waiting_since` (once the run started)."""
+        if self.waiting_since:
+            self.started = self.started or self.shared.go.is_set()
+            if self.started and not self.stopping:
+                self.idle += now - self.waiting_since
+            self.waiting_since = now
 
     def _finish(self, error: BaseException | None) -> None:
         if not self.done.done():
