@@ -71,11 +71,7 @@ def test_topic_gives_every_subscriber_every_message(broker: BrokerProcess, tmp_p
 def test_fairness_gives_the_slow_consumer_fewer_messages(
     broker: BrokerProcess, tmp_path: Path
 ) -> None:
-    status, result = bench(
-        broker, tmp_path, "fairness", "--delays", "20,1,1", "--prefetch", "1",
-        "--messages", "300", "--destination", "/queue/fair",
-    )  # fmt: skip
-    assert status == 0
+    result = _fairness(broker, tmp_path, prefetch=1)
     assert result["received"] == 300
     slow, *fast = result["consumers"]
     assert [c["delay_ms"] for c in result["consumers"]] == [20, 1, 1]
@@ -91,15 +87,21 @@ def test_fairness_reports_the_time_fast_consumers_wait_with_nothing_to_do(
 ) -> None:
     # Prefetch 100 of 300 messages: each consumer is given 100. The fast two are done in a
     # fraction of a second, then hear nothing more while the slow one works 2 s on its share.
-    status, result = bench(
-        broker, tmp_path, "fairness", "--delays", "20,1,1", "--prefetch", "100",
-        "--messages", "300", "--destination", "/queue/idle",
-    )  # fmt: skip
-    assert status == 0
+    result = _fairness(broker, tmp_path, prefetch=100)
     slow, *fast = result["consumers"]
     assert [c["received"] for c in result["consumers"]] == [100, 100, 100]
     assert all(c["idle_seconds"] > 1.0 for c in fast)
     assert slow["idle_seconds"] < min(c["idle_seconds"] for c in fast)
+
+
+def _fairness(broker: BrokerProcess, tmp_path: Path, *, prefetch: int) -> dict[str, Any]:
+    """300 messages to consumers taking 20, 1 and 1 ms each; the run must succeed."""
+    status, result = bench(
+        broker, tmp_path, "fairness", "--delays", "20,1,1", "--prefetch", str(prefetch),
+        "--messages", "300", "--destination", f"/queue/fair-{prefetch}",
+    )  # fmt: skip
+    assert status == 0
+    return result
 
 
 def test_backlog_fills_then_drains_in_order(broker: BrokerProcess, tmp_path: Path) -> None:
