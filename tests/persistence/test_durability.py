@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from sluiceway.core.persistence import JournalStore
 from sluiceway.naming import DestinationKind, DestinationName
 from sluiceway.testing import BrokerProcess, BrokerThread
 from tests.e2e.rawclient import RawClient
-from tests.e2e.stomppy import connect, subscribe, sync
+from tests.e2e.stomppy import connect, subscribe, sync, with_receipt
 
 _opened: list[RawClient] = []
 
@@ -335,6 +336,33 @@ def test_every_sync_policy_delivers(tmp_path: Path, policy: str) -> None:
             send(raw, "/queue/policy", b"%d" % i, persistent="true")
     with BrokerThread(properties) as broker:
         assert [b for b, _ in drain(broker.port, "/queue/policy")] == [b"%d" % i for i in range(20)]
+
+
+def test_receipts_do_not_wait_for_the_sync_delay(tmp_path: Path) -> None:
+    """Under `group`, writes nothing waits for are fsynced up to imq.persist.file.sync.delay
+    later; a SEND with a receipt has its fsync at once (ten of them one after the other would
+    take ten seconds otherwise)."""
+    properties = {
+        "imq.persist.file.directory": str(tmp_path),
+        "imq.persist.file.sync.delay": "1000",
+    }
+    with BrokerThread(properties) as broker:
+        raw = client(broker.port)
+        connection, recorder = connect(broker.port)
+        started = time.monotonic()
+        for i in range(5):
+            send(raw, "/queue/delay", b"raw %d" % i, persistent="true")
+            body = b"stomp.py %d" % i
+
+            def send_persistent(receipt: str, body: bytes = body) -> None:
+                headers = {"persistent": "true", "receipt": receipt}
+                connection.send("/queue/delay", body, headers=headers)
+
+            with_receipt(recorder, send_persistent)
+        assert time.monotonic() - started < 5.0
+        connection.disconnect()
+    with BrokerThread(properties) as broker:
+        assert len(drain(broker.port, "/queue/delay")) == 10
 
 
 def test_memory_store_keeps_nothing(tmp_path: Path) -> None:

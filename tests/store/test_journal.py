@@ -40,6 +40,7 @@ class Journals:
         segment_size: int = 64 * 1024 * 1024,
         on_synced: Callable[[int], None] | None = None,
         max_record_size: int = 128 * 1024 * 1024,
+        sync_delay: float = 0.0,
     ) -> tuple[Journal, list[Record]]:
         journal = Journal(
             directory,
@@ -47,6 +48,7 @@ class Journals:
             segment_size=segment_size,
             on_synced=on_synced,
             max_record_size=max_record_size,
+            sync_delay=sync_delay,
         )
         self.opened.append(journal)
         return journal, list(journal.recover())
@@ -242,6 +244,8 @@ def test_invalid_options() -> None:
         Journal(Path("unused"), segment_size=40)
     with pytest.raises(JournalError, match="max_record_size"):
         Journal(Path("unused"), max_record_size=2**32)
+    with pytest.raises(JournalError, match=r"sync_delay 1\.5 must be 0 to 1 second"):
+        Journal(Path("unused"), sync_delay=1.5)
 
 
 def test_closed_journal_refuses(tmp_path: Path, journals: Journals) -> None:
@@ -533,6 +537,54 @@ def test_group_commit_shares_fsyncs(
     assert fsyncs.calls < 50
     assert reported[-1] == 200
     assert reported == sorted(set(reported))  # each LSN reported once, in order
+
+
+def test_group_writes_nothing_waits_for_share_one_fsync_after_the_delay(
+    tmp_path: Path, journals: Journals, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reported = threading.Event()
+    journal, _ = journals.open(
+        tmp_path, sync=SyncPolicy.GROUP, sync_delay=0.3, on_synced=lambda lsn: reported.set()
+    )
+    fsyncs = Fsyncs()
+    monkeypatch.setattr(journal, "fsync", fsyncs)
+    flushed = time.monotonic()
+    for i in range(5):
+        journal.append(0, b"no receipt %d" % i)
+        journal.flush()
+    assert reported.wait(WAIT)
+    assert time.monotonic() - flushed >= 0.3  # not before the delay...
+    assert journal.synced_lsn == 5
+    assert fsyncs.calls == 1  # ...and then one fsync for all five
+
+
+@pytest.mark.parametrize("request_first", [False, True])
+def test_group_a_requested_sync_does_not_wait_for_the_delay(
+    tmp_path: Path, journals: Journals, request_first: bool
+) -> None:
+    """A RECEIPT waits for its records: their fsync starts at once, whether it is asked for after
+    the records are written or before (a frame queued ahead of the flush)."""
+    reported = threading.Event()
+    journal, _ = journals.open(
+        tmp_path, sync=SyncPolicy.GROUP, sync_delay=1.0, on_synced=lambda lsn: reported.set()
+    )
+    journal.append(0, b"with a receipt")
+    if request_first:
+        journal.request_sync(1)
+    journal.flush()
+    if not request_first:
+        journal.request_sync(1)
+    assert reported.wait(0.8)  # well before the 1 s delay
+    assert journal.synced_lsn == 1
+
+
+def test_group_wait_synced_asks_for_the_sync(tmp_path: Path, journals: Journals) -> None:
+    journal, _ = journals.open(tmp_path, sync=SyncPolicy.GROUP, sync_delay=1.0)
+    journal.append(0, b"a")
+    journal.flush()
+    started = time.monotonic()
+    assert journal.wait_synced(1, timeout=WAIT)
+    assert time.monotonic() - started < 0.8
 
 
 def test_group_rotation_syncs_the_old_segment_first(

@@ -189,7 +189,8 @@ class BrokerConfig(ServiceConfig):
         "group",
         "When journal writes are fsynced. group: a background thread fsyncs, and every write "
         "that arrives while one fsync runs shares the next; a RECEIPT is sent once its records "
-        "are on disk (survives a power cut; cheap under concurrency). always: every flush is "
+        "are on disk (survives a power cut; cheap under concurrency), and writes nothing waits "
+        "for are fsynced within imq.persist.file.sync.delay. always: every flush is "
         "fsynced before the broker goes on (same guarantee, one fsync per event-loop turn). os: "
         "never fsync; RECEIPTs do not wait (survives a killed broker, not a power cut).",
     )
@@ -199,6 +200,15 @@ class BrokerConfig(ServiceConfig):
         64 * 1024 * 1024,
         "Size at which the journal starts a new segment file; whole segments are deleted or "
         "compacted when their records are dead.",
+    )
+    sync_delay_ms: int = prop(
+        "imq.persist.file.sync.delay",
+        int_parser(0, 1000),
+        5,
+        "Under the group sync policy: how long, in ms, journal writes that no RECEIPT waits for "
+        "(a SEND or ACK without a receipt header) may wait for their fsync, so that one fsync "
+        "covers more of them. A frame that waits for its records to be durable starts an fsync "
+        "at once. 0: every write starts an fsync as soon as the previous one ends.",
     )
     skip_corrupt: bool = prop(
         "imq.persist.file.skip_corrupt",

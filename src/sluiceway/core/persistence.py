@@ -404,6 +404,9 @@ class JournalStore:
     def buffered(self) -> bool:
         return self.journal.buffered
 
+    def request_sync(self, lsn: int) -> None:
+        self.journal.request_sync(lsn)
+
     def flush(self) -> None:
         # A full segment is rotated here, between frames (never inside a transaction), so
         # segments stay near their size whatever the write rate.

@@ -84,6 +84,10 @@ class MessageStore(Protocol):
         """Records appended and not yet handed to the operating system."""
         ...
 
+    def request_sync(self, lsn: int) -> None:
+        """A frame waits until the records up to `lsn` are durable: sync them soon."""
+        ...
+
     def flush(self) -> None:
         """Hand appended records to the operating system (before any frame depends on them)."""
         ...
@@ -161,6 +165,9 @@ class MemoryStore:
     @property
     def buffered(self) -> bool:
         return False
+
+    def request_sync(self, lsn: int) -> None:
+        pass  # nothing is ever waited for
 
     def flush(self) -> None:
         pass

@@ -147,6 +147,7 @@ class StompSession:
         # frame queues at most one; a held SEND's answer comes later (at most hold_max_messages
         # are held); then a closing ERROR and a DISCONNECT's RECEIPT. Checked in `_queue`.
         self._control_limit = MAX_WAITING_CONTROL + config.hold_max_messages + 2
+        self._control_lsn = 0  # the furthest journal position a queued control frame named
         self._handlers: dict[str, Callable[[Frame], Extra]] = {
             "CONNECT": self._on_connect,
             "STOMP": self._on_connect,
@@ -227,6 +228,11 @@ class StompSession:
         return bool(self._control)
 
     @property
+    def waiting_lsn(self) -> int:
+        """The journal must sync this far for every control frame held now to go."""
+        return self._control_lsn
+
+    @property
     def control_waiting(self) -> int:
         """How many control frames wait (for the journal to sync, or to be written)."""
         return len(self._control)
@@ -245,6 +251,7 @@ class StompSession:
             return
         self.frames_out += 1
         self._control.append((lsn, data))
+        self._control_lsn = max(self._control_lsn, lsn)
 
     def take_payload(self, max_frames: int) -> tuple[bytes, int]:
         """Up to `max_frames` MESSAGE frames to write now, and how many there are."""

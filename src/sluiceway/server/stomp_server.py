@@ -100,7 +100,11 @@ class StompServer:
             store.flush()
 
     def wait_for_sync(self, protocol: StompProtocol) -> None:
+        """`protocol` holds frames until the journal syncs: it is called back (`synced`)."""
         self._waiting_sync.add(protocol)
+        session = protocol.session
+        if session is not None:
+            self.broker.store.request_sync(session.waiting_lsn)
 
     def synced(self) -> None:
         """The journal synced further (called on the loop): release the frames waiting for it."""

@@ -70,6 +70,7 @@ class Storage:
             self.directory / "journal",
             segment_size=config.segment_size,
             sync=SyncPolicy(config.sync_policy),
+            sync_delay=config.sync_delay_ms / 1000,
             on_synced=self.notifier,
             skip_corrupt=config.skip_corrupt,
         )

@@ -56,6 +56,7 @@ import os
 import re
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
@@ -319,14 +320,18 @@ class Journal:
         on_synced: Callable[[int], None] | None = None,
         skip_corrupt: bool = False,
         max_record_size: int = 128 * 1024 * 1024,
+        sync_delay: float = 0.0,
     ) -> None:
         if segment_size < _COMPACTED_HEADER.size + _RECORD.size:
             raise JournalError(f"segment_size {segment_size} is too small: use 41 bytes or more")
         if not 0 <= max_record_size <= 0xFFFFFFFF:
             raise JournalError(f"max_record_size {max_record_size} must be 0 to 2**32-1 bytes")
+        if not 0.0 <= sync_delay <= 1.0:
+            raise JournalError(f"sync_delay {sync_delay} must be 0 to 1 second")
         self._directory = Path(directory)
         self._segment_size, self._sync, self._on_synced = segment_size, sync, on_synced
         self._skip_corrupt, self._max_record_size = skip_corrupt, max_record_size
+        self._sync_delay = sync_delay
         self.report = RecoveryReport()
         # Why operations are refused (None: accepted): one attribute test per append.
         self._blocked: str | None = "call recover() and exhaust it before appending"
@@ -342,6 +347,7 @@ class Journal:
         self._active_fd, self._written_lsn, self._synced_lsn = -1, 0, 0
         self._retired: list[int] = []  # fds of older segments the thread fsyncs, then closes
         self._dirty = self._stopping = False  # _dirty: written data no fsync round has taken yet
+        self._wanted_lsn = 0  # the furthest LSN something waits to see durable (request_sync)
         self._syncer: threading.Thread | None = None  # fsyncs under GROUP
         self.fsync: Callable[[int], None] = os.fsync  # the one place files are fsynced (tests
         # replace it to count, slow or fail the fsyncs)
@@ -567,8 +573,12 @@ class Journal:
         self._written_end = self._end
         if self._sync is SyncPolicy.GROUP:
             with self._cond:
+                # The thread is woken when these records start its wait for sync_delay, or when
+                # something already waits for them: not once per flush.
+                wake = not self._dirty or self._wanted_lsn > self._synced_lsn
                 self._written_lsn, self._dirty = lsn, True
-                self._cond.notify()
+                if wake:
+                    self._cond.notify()
             return lsn
         self._written_lsn = lsn
         if self._sync is SyncPolicy.ALWAYS:
@@ -594,12 +604,24 @@ class Journal:
     def synced_lsn(self) -> int:
         return self._synced_lsn
 
+    def request_sync(self, lsn: int) -> None:
+        """Something waits for `lsn` to be durable (a RECEIPT): under GROUP a round starts now
+        for what is written, instead of up to sync_delay later. Does not block."""
+        if self._syncer is None:
+            return
+        with self._cond:
+            if lsn > self._wanted_lsn:
+                self._wanted_lsn = lsn
+                if self._dirty and lsn > self._synced_lsn:
+                    self._cond.notify()
+
     def wait_synced(self, lsn: int, timeout: float | None = None) -> bool:
         """Block until `lsn` is durable (True) or `timeout` seconds pass (False).
 
         Raises JournalError once the journal has failed: the wait could never end well. Without
         the GROUP thread only the caller's own flush() syncs, so this does not block.
         """
+        self.request_sync(lsn)
         with self._cond:
             if self._syncer is not None:
                 self._cond.wait_for(
@@ -805,17 +827,36 @@ class Journal:
         raise refused
 
     def _sync_loop(self) -> None:
-        """GROUP: one fsync round covers every flush made before it started."""
+        """GROUP: one fsync round covers every flush made before it started. A round starts as
+        soon as something waits for written records (request_sync), else sync_delay after the
+        first write it takes, so records nothing waits for do not hold up a round that a
+        RECEIPT will wait for (on a busy broker most rounds have a waiter)."""
         while True:
             with self._cond:
-                while not (self._dirty or self._stopping):
-                    self._cond.wait()
+                self._wait_for_round()
                 if not self._dirty or self._failed:
                     return
                 self._dirty = False
                 target, retired, active = self._written_lsn, list(self._retired), self._active_fd
             if not self._sync_round(target, retired, active):
                 return
+
+    def _wait_for_round(self) -> None:
+        """Return (holding _cond) when a round is due or the journal stops."""
+        deadline = 0.0
+        while not self._stopping:
+            if not self._dirty:
+                deadline = 0.0
+                self._cond.wait()
+                continue
+            if self._wanted_lsn > self._synced_lsn:
+                return
+            now = time.monotonic()
+            if not deadline:
+                deadline = now + self._sync_delay
+            if now >= deadline:
+                return
+            self._cond.wait(deadline - now)
 
     def _sync_round(self, target: int, retired: list[int], active: int) -> bool:
         try:
