@@ -5,8 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from sluiceway.core.message import Message
-from sluiceway.core.persistence import JournalStore, Recovery
-from sluiceway.core.records import DurableRecord, RecordType, encode_message, encode_tx
+from sluiceway.core.persistence import RUN_MAX, JournalStore, Recovery
+from sluiceway.core.records import (
+    DurableRecord,
+    RecordType,
+    decode_lsns,
+    encode_mark,
+    encode_message,
+    encode_tx,
+)
 from sluiceway.naming import DestinationKind, DestinationName
 from sluiceway.store.journal import Journal, SyncPolicy
 
@@ -56,6 +63,88 @@ def test_messages_and_their_deliveries_come_back(tmp_path: Path) -> None:
     assert recovered[0].headers == (("k", "v"),)
     assert recovery.seqs[QUEUE] == 1000
     assert recovery.messages == {QUEUE: 2}
+    store.close()
+
+
+def kinds(store: JournalStore) -> list[tuple[RecordType, int]]:
+    """(type, LSN) of every record on disk."""
+    store.flush()
+    return [(RecordType(r.type), r.position.lsn) for r in store.journal.scan()]
+
+
+def runs(store: JournalStore) -> list[tuple[int, tuple[int, ...]]]:
+    """(LSN, the ADD LSNs it marks) of every DELIVERED_RUN on disk."""
+    store.flush()
+    return [
+        (r.position.lsn, decode_lsns(r.payload))
+        for r in store.journal.scan()
+        if r.type == RecordType.DELIVERED_RUN
+    ]
+
+
+def test_the_deliveries_of_one_write_are_one_record_written_before_anything_else(
+    tmp_path: Path,
+) -> None:
+    store, _, _ = open_store(tmp_path)
+    first, second, third = message(1), message(2), message(3)
+    for m in (first, second):
+        store.added(m)
+    store.flush()
+    store.delivered(first)
+    store.delivered(second)
+    assert store.buffered  # the I/O layer flushes it before the MESSAGE frames go
+    store.added(third)  # a later record: the run goes first, to keep the order of events
+    assert kinds(store) == [
+        (RecordType.ADD, 1),
+        (RecordType.ADD, 2),
+        (RecordType.DELIVERED_RUN, 3),
+        (RecordType.ADD, 4),
+    ]
+    assert runs(store) == [(3, (1, 2))]
+    assert first.marks == second.marks == [3]
+    store.close()
+
+
+def test_a_run_is_live_while_any_of_its_messages_is_across_a_restart(tmp_path: Path) -> None:
+    store, _, _ = open_store(tmp_path)
+    messages = [message(seq) for seq in range(1, 5)]
+    for m in messages:
+        store.added(m)
+    for m in messages:
+        store.delivered(m)
+    [(run, _)] = runs(store)
+    store.removed(messages[0])
+    assert store.is_live(run)
+    store, recovered, _ = reopen(store, tmp_path)
+    assert [(m.seq, m.delivery_count) for m in recovered] == [(2, 1), (3, 1), (4, 1)]
+    assert store.is_live(run)
+    for m in recovered[:2]:
+        store.removed(m)
+        assert store.is_live(run)
+    store.removed(recovered[2])  # the last message it marked
+    assert not store.is_live(run)
+    store.close()
+
+
+def test_a_run_is_bounded(tmp_path: Path) -> None:
+    store, _, _ = open_store(tmp_path)
+    messages = [message(seq) for seq in range(1, RUN_MAX + 2)]
+    for m in messages:
+        store.added(m)
+    for m in messages:
+        store.delivered(m)
+    written = runs(store)
+    assert [len(adds) for _, adds in written] == [RUN_MAX, 1]
+    store.close()
+
+
+def test_single_delivery_records_of_earlier_journals_still_count(tmp_path: Path) -> None:
+    store, _, _ = open_store(tmp_path)
+    kept = message(1)
+    store.added(kept)
+    store.journal.append(RecordType.DELIVERED, encode_mark(QUEUE, 1, kept.location))
+    store, recovered, _ = reopen(store, tmp_path)
+    assert [(m.seq, m.delivery_count) for m in recovered] == [(1, 1)]
     store.close()
 
 

@@ -1,7 +1,8 @@
 """Persistent messages in the journal: what the broker writes, what is still live, recovery.
 
 The broker appends a record for each event that must survive a crash (core.records lists them):
-a persistent message accepted (ADD), delivered (DELIVERED), consumed (REMOVE), a durable
+a persistent message accepted (ADD), delivered (DELIVERED_RUN: the deliveries that one write to
+consumers carries, as one record), consumed (REMOVE), a durable
 subscription's life and acknowledgements, and sequence numbers spoken for. Records reach the OS
 before the broker writes any frame that depends on them (the I/O layer flushes first), so a
 killed broker loses nothing it acted on; RECEIPTs that promise durability wait until the records
@@ -9,12 +10,13 @@ are fsynced (per the sync policy).
 
 Disk is reclaimed by tracking which records are still live: one byte per record per segment.
 An ADD is live while its message is in the broker; DELIVERED and DURABLE_* marks while their
-message is; a REMOVE while the segment holding its ADD still exists (else the message would come
-back on recovery); SEQ, DURABLE and SNAPSHOT records only until the next rotation, which starts
-the new segment with a SNAPSHOT of that state. Topic cursors and queue leases follow the same two
-lifetimes (core.lease_records): their state records are restated after the SNAPSHOT, and a
-LEASE_MARK lives as long as its message. A segment with no live record is deleted; one
-that is mostly dead is rewritten with its live records only.
+message is (a DELIVERED_RUN while any of its messages is: a count per run); a REMOVE while the
+segment holding its ADD still exists (else the message would come back on recovery); SEQ,
+DURABLE and SNAPSHOT records only until the next rotation, which starts the new segment with a
+SNAPSHOT of that state. Topic cursors and queue leases follow the same two lifetimes
+(core.lease_records): their state records are restated after the SNAPSHOT, and a LEASE_MARK
+lives as long as its message. A segment with no live record is deleted; one that is mostly dead
+is rewritten with its live records only.
 
 Recovery reads the journal twice: the first pass replays only the bookkeeping (which ADDs are
 still live, how often each was delivered, the durable subscriptions), the second decodes the live
@@ -50,6 +52,7 @@ from sluiceway.core.records import (
     RecordType,
     decode_durable,
     decode_lsn,
+    decode_lsns,
     decode_mark,
     decode_message,
     decode_position,
@@ -59,6 +62,7 @@ from sluiceway.core.records import (
     decode_tx,
     encode_durable,
     encode_lsn,
+    encode_lsns,
     encode_mark,
     encode_message,
     encode_position,
@@ -75,6 +79,7 @@ log = logging.getLogger(__name__)
 COMPACT_BELOW: Final = 0.25  # rewrite a segment when fewer than this share of its records live
 COMPACT_MIN_BYTES: Final = 1024 * 1024  # ...and it is at least this big (small ones: not worth it)
 SEQ_BLOCK: Final = 1000  # sequence numbers reserved per SEQ record
+RUN_MAX: Final = 1024  # deliveries waiting to be written as one DELIVERED_RUN record, at most
 
 Snapshot = Callable[[], tuple[list[tuple[DestinationName, int]], list[DurableRecord]]]
 # More state a new segment starts with, after the SNAPSHOT: one record (type and payload).
@@ -125,11 +130,16 @@ class _Liveness:
         base = self.segment_of(lsn)
         flags = self.flags[base]
         index = lsn - base
-        if len(flags) <= index:
-            flags.extend(bytes(index + 1 - len(flags)))
+        size = len(flags)
+        if index == size:  # the next record of the segment: nearly always
+            flags.append(1 if live else 0)
+        else:
+            if size < index:
+                flags.extend(bytes(index + 1 - size))
+            if live:
+                flags[index] = 1
         self.total[base] += 1
         if live:
-            flags[index] = 1
             self.live[base] += 1
 
     def kill(self, lsn: int) -> None:
@@ -209,6 +219,11 @@ class JournalStore:
         self._tx: list[tuple[RecordType, bytes, Message | None]] | None = None
         self._extensions: list[JournalExtension] = []
         self._extension_of: dict[int, JournalExtension] = {}  # by record type
+        # Deliveries not yet in the journal: written as one DELIVERED_RUN before any other record
+        # and by every flush (so before the MESSAGE frames that carry them leave).
+        self._run: list[Message] = []
+        # DELIVERED_RUN LSN -> how many of its deliveries' messages are still in the broker.
+        self._run_refs: dict[int, int] = {}
         # Messages `added` that were in the journal already (a published stage's, whose
         # STAGE_ADD stands as its ADD): core.stage_journal compares the count around a publish.
         self.adoptions = 0
@@ -227,7 +242,32 @@ class JournalStore:
     # -- appending --------------------------------------------------------------------------------
 
     def _append(self, record_type: RecordType, payload: bytes) -> int:
+        if self._run:
+            self._write_run()
         return self.journal.add(record_type, payload)
+
+    def _write_run(self) -> None:
+        run, self._run = self._run, []
+        lsn = self.journal.add(RecordType.DELIVERED_RUN, encode_lsns([m.location for m in run]))
+        self._live.born(lsn)
+        self._run_refs[lsn] = len(run)
+        for message in run:
+            if message.marks is None:
+                message.marks = [lsn]
+            else:
+                message.marks.append(lsn)
+
+    def _drop_mark(self, lsn: int) -> None:
+        """A message a mark is about left the broker: the mark dies (a run, with its last)."""
+        refs = self._run_refs
+        left = refs.get(lsn)
+        if left is None:
+            self._live.kill(lsn)
+        elif left > 1:
+            refs[lsn] = left - 1
+        else:
+            del refs[lsn]
+            self._live.kill(lsn)
 
     def added(self, message: Message) -> None:
         """A persistent message is now held by a destination."""
@@ -255,15 +295,17 @@ class JournalStore:
     def _removal(self, lsn: int, message: Message) -> None:
         self._live.removal(lsn, message.location)
         for mark in message.marks or ():
-            self._live.kill(mark)
+            self._drop_mark(mark)
         message.location = 0
         message.marks = None
 
     def delivered(self, message: Message) -> None:
-        """A persistent queue message was written to a consumer."""
+        """A persistent queue message is being written to a consumer (its mark joins the run
+        that the next record or flush writes)."""
         if message.location:
-            payload = encode_mark(message.destination, message.seq, message.location)
-            self._mark(message, self._append(RecordType.DELIVERED, payload))
+            self._run.append(message)
+            if len(self._run) >= RUN_MAX:
+                self._write_run()
 
     def durable_delivered(self, sub_id: int, message: Message) -> None:
         if message.location:
@@ -354,7 +396,7 @@ class JournalStore:
         """Recovery, first pass: the record `lsn` read earlier is dead, and so are its marks."""
         self._live.kill(lsn)
         for mark in self._replay_state.marks.pop(lsn, []):
-            self._live.kill(mark)
+            self._drop_mark(mark)
         self._replay_state.deliveries.pop(lsn, None)
 
     def replayed_message(self, lsn: int) -> tuple[list[int] | None, int]:
@@ -402,7 +444,7 @@ class JournalStore:
 
     @property
     def buffered(self) -> bool:
-        return self.journal.buffered
+        return self.journal.buffered or bool(self._run)
 
     def request_sync(self, lsn: int) -> None:
         self.journal.request_sync(lsn)
@@ -410,6 +452,8 @@ class JournalStore:
     def flush(self) -> None:
         # A full segment is rotated here, between frames (never inside a transaction), so
         # segments stay near their size whatever the write rate.
+        if self._run:
+            self._write_run()
         if self.journal.should_rotate and self._tx is None:
             self.rotate()
         self.journal.flush()
@@ -431,6 +475,8 @@ class JournalStore:
         return self._reclaim(force=True)
 
     def rotate(self) -> None:
+        if self._run:
+            self._write_run()  # in the segment of the messages it marks
         base = self.journal.rotate()
         self._live.add_segment(base)
         for lsn in self._meta:
@@ -474,7 +520,11 @@ class JournalStore:
         return sum(info.size for info in self.journal.segments())
 
     def close(self) -> None:
-        self.journal.close()
+        try:
+            if self._run:
+                self._write_run()
+        finally:
+            self.journal.close()
 
     # -- recovery ---------------------------------------------------------------------------------
 
@@ -563,12 +613,12 @@ class JournalStore:
             _, _, add = decode_mark(record.payload)
             self._live.removal(lsn, add)
             for mark in state.marks.pop(add, []):
-                self._live.kill(mark)
+                self._drop_mark(mark)
             state.deliveries.pop(add, None)
-        elif kind is RecordType.DELIVERED:
-            _, _, add = decode_mark(record.payload)
-            if self._replay_mark(lsn, add):
-                state.deliveries[add] = state.deliveries.get(add, 0) + 1
+        elif kind is RecordType.DELIVERED_RUN:
+            self._replay_run(lsn, decode_lsns(record.payload))
+        elif kind is RecordType.DELIVERED:  # one delivery a record: journals of earlier versions
+            self._replay_run(lsn, (decode_mark(record.payload)[2],))
         elif kind is RecordType.LEASE_MARK:
             lease_id, _, add = decode_lease_mark(record.payload)
             if self._replay_mark(lsn, add):  # a lease took it: one delivery
@@ -584,6 +634,19 @@ class JournalStore:
                     counts[seq] = counts.get(seq, 0) + 1
         else:
             self._replay_meta(record, kind)
+
+    def _replay_run(self, lsn: int, adds: tuple[int, ...]) -> None:
+        """A DELIVERED_RUN: a delivery of each message still live, and live while one is."""
+        state = self._replay_state
+        live = 0
+        for add in adds:
+            if self._live.is_live(add):
+                live += 1
+                state.marks.setdefault(add, []).append(lsn)
+                state.deliveries[add] = state.deliveries.get(add, 0) + 1
+        self._live.born(lsn, live=live > 0)
+        if live:
+            self._run_refs[lsn] = live
 
     def _replay_mark(self, lsn: int, add: int) -> bool:
         """A record about the message added at `add`: live (True) while that message is."""

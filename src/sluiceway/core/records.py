@@ -17,6 +17,7 @@ u32 length prefix.
 | 9 | DURABLE_DELIVERED | sub id u32, seq u64, add u64: it was written to that subscription |
 | 11 | SNAPSHOT | count u32 of SEQ payloads, count u32 of DURABLE payloads: the state as of here |
 | 12 | TX_CUT | tx u64: the transaction at LSN tx was cut by a crash; its records are void |
+| 13 | DELIVERED_RUN | add u64, repeated: DELIVERED for each (the deliveries of one write) |
 
 A transaction's records follow its TX record without anything in between (the broker appends
 them in one step), so a TX whose records do not all follow it was cut by a crash.
@@ -50,6 +51,7 @@ class RecordType(enum.IntEnum):
     DURABLE_DELIVERED = 9
     SNAPSHOT = 11
     TX_CUT = 12
+    DELIVERED_RUN = 13
     # Topic cursors and queue leases (their payloads are in core.lease_records).
     CURSOR = 20
     CURSOR_END = 21
@@ -171,6 +173,17 @@ def encode_tx(count: int) -> bytes:
 
 def encode_lsn(lsn: int) -> bytes:
     return _U64.pack(lsn)
+
+
+def encode_lsns(lsns: list[int]) -> bytes:
+    """The payload of DELIVERED_RUN records."""
+    return struct.pack(f"<{len(lsns)}Q", *lsns)
+
+
+def decode_lsns(data: bytes) -> tuple[int, ...]:
+    if len(data) % _U64.size:
+        raise RecordError(f"a list of LSNs is {len(data)} bytes, not a multiple of 8")
+    return struct.unpack(f"<{len(data) // _U64.size}Q", data)
 
 
 def decode_lsn(data: bytes) -> int:

@@ -149,6 +149,10 @@ class StompProtocol(asyncio.Protocol):
         # What these frames freed may let held SENDs (of any connection) go.
         self._server.broker.settle()
         self._check_input()
+        if session.waiting_for_sync:
+            # A RECEIPT these frames queued asks for its fsync before the write below, so that
+            # the fsync thread is woken once for both.
+            self._server.broker.store.request_sync(session.waiting_lsn)
         # What these frames changed reaches the operating system now, so a killed broker loses
         # nothing it acted on (an ACK without a receipt included).
         self._server.flush_store()
