@@ -66,6 +66,14 @@ def test_messages_and_their_deliveries_come_back(tmp_path: Path) -> None:
     store.close()
 
 
+def added(store: JournalStore, count: int) -> list[Message]:
+    """Messages 1 to `count`, added to `store`."""
+    messages = [message(seq) for seq in range(1, count + 1)]
+    for m in messages:
+        store.added(m)
+    return messages
+
+
 def kinds(store: JournalStore) -> list[tuple[RecordType, int]]:
     """(type, LSN) of every record on disk."""
     store.flush()
@@ -107,9 +115,7 @@ def test_the_deliveries_of_one_write_are_one_record_written_before_anything_else
 
 def test_a_run_is_live_while_any_of_its_messages_is_across_a_restart(tmp_path: Path) -> None:
     store, _, _ = open_store(tmp_path)
-    messages = [message(seq) for seq in range(1, 5)]
-    for m in messages:
-        store.added(m)
+    messages = added(store, 4)
     for m in messages:
         store.delivered(m)
     [(run, _)] = runs(store)
@@ -128,9 +134,7 @@ def test_a_run_is_live_while_any_of_its_messages_is_across_a_restart(tmp_path: P
 
 def test_a_run_is_bounded(tmp_path: Path) -> None:
     store, _, _ = open_store(tmp_path)
-    messages = [message(seq) for seq in range(1, RUN_MAX + 2)]
-    for m in messages:
-        store.added(m)
+    messages = added(store, RUN_MAX + 1)
     for m in messages:
         store.delivered(m)
     written = runs(store)
@@ -195,9 +199,7 @@ def test_a_remove_outlives_the_segment_of_its_add(tmp_path: Path) -> None:
 
 def test_dead_segments_are_deleted_and_mostly_dead_ones_compacted(tmp_path: Path) -> None:
     store, _, _ = open_store(tmp_path)
-    messages = [message(seq) for seq in range(1, 101)]
-    for m in messages:
-        store.added(m)
+    messages = added(store, 100)
     store.rotate()
     for m in messages[:99]:
         store.removed(m)  # one of the first segment's 100 records stays live
