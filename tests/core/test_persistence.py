@@ -120,14 +120,17 @@ def test_a_run_is_live_while_any_of_its_messages_is_across_a_restart(tmp_path: P
         store.delivered(m)
     [(run, _)] = runs(store)
     store.removed(messages[0])
+    store.flush()  # (liveness follows the records written)
     assert store.is_live(run)
     store, recovered, _ = reopen(store, tmp_path)
     assert [(m.seq, m.delivery_count) for m in recovered] == [(2, 1), (3, 1), (4, 1)]
     assert store.is_live(run)
     for m in recovered[:2]:
         store.removed(m)
+        store.flush()
         assert store.is_live(run)
     store.removed(recovered[2])  # the last message it marked
+    store.flush()
     assert not store.is_live(run)
     store.close()
 
@@ -139,6 +142,35 @@ def test_a_run_is_bounded(tmp_path: Path) -> None:
         store.delivered(m)
     written = runs(store)
     assert [len(adds) for _, adds in written] == [RUN_MAX, 1]
+    store.close()
+
+
+def test_the_consumptions_of_one_read_are_one_record_in_the_segment_of_their_messages(
+    tmp_path: Path,
+) -> None:
+    store, _, _ = open_store(tmp_path)
+    first, second, third = added(store, 3)
+    store.flush()
+    store.delivered(first)  # and consumed in the same turn (ack:auto): the mark goes first
+    store.removed(first)
+    store.removed(second)
+    assert store.buffered  # the I/O layer flushes it before the frames that follow go
+    assert store.last_lsn == 5  # a RECEIPT for these consumptions waits for their record
+    store.removed(third)
+    store.rotate()  # the third's REMOVE is written in the segment of its ADD, not after it
+    assert kinds(store)[:6] == [
+        (RecordType.ADD, 1),
+        (RecordType.ADD, 2),
+        (RecordType.ADD, 3),
+        (RecordType.DELIVERED_RUN, 4),
+        (RecordType.REMOVE_RUN, 5),
+        (RecordType.REMOVE_RUN, 6),
+    ]
+    assert runs(store) == [(4, (1,))]
+    assert store.journal.segments()[-1].base_lsn == 7
+    assert not any(store.is_live(lsn) for lsn in range(1, 7))
+    store, recovered, _ = reopen(store, tmp_path)
+    assert recovered == []
     store.close()
 
 

@@ -2,7 +2,8 @@
 
 The broker appends a record for each event that must survive a crash (core.records lists them):
 a persistent message accepted (ADD), delivered (DELIVERED_RUN: the deliveries that one write to
-consumers carries, as one record), consumed (REMOVE), a durable
+consumers carries, as one record), consumed (REMOVE, or REMOVE_RUN: the consumptions one read
+brings, of messages added in the same segment, as one record), a durable
 subscription's life and acknowledgements, and sequence numbers spoken for. Records reach the OS
 before the broker writes any frame that depends on them (the I/O layer flushes first), so a
 killed broker loses nothing it acted on; RECEIPTs that promise durability wait until the records
@@ -11,7 +12,8 @@ are fsynced (per the sync policy).
 Disk is reclaimed by tracking which records are still live: one byte per record per segment.
 An ADD is live while its message is in the broker; DELIVERED and DURABLE_* marks while their
 message is (a DELIVERED_RUN while any of its messages is: a count per run); a REMOVE while the
-segment holding its ADD still exists (else the message would come back on recovery); SEQ,
+segment holding its ADD still exists (else the message would come back on recovery), which a
+REMOVE_RUN never outlives (it is only written in the segment of all its ADDs); SEQ,
 DURABLE and SNAPSHOT records only until the next rotation, which starts the new segment with a
 SNAPSHOT of that state. Topic cursors and queue leases follow the same two lifetimes
 (core.lease_records): their state records are restated after the SNAPSHOT, and a LEASE_MARK
@@ -224,6 +226,9 @@ class JournalStore:
         self._run: list[Message] = []
         # DELIVERED_RUN LSN -> how many of its deliveries' messages are still in the broker.
         self._run_refs: dict[int, int] = {}
+        # Messages that left the broker, whose REMOVE_RUN is not written yet: their ADD's LSN
+        # (in the active segment) and marks. Written like _run; `last_lsn` writes it too.
+        self._removes: list[tuple[int, list[int] | None]] = []
         # Messages `added` that were in the journal already (a published stage's, whose
         # STAGE_ADD stands as its ADD): core.stage_journal compares the count around a publish.
         self.adoptions = 0
@@ -242,9 +247,26 @@ class JournalStore:
     # -- appending --------------------------------------------------------------------------------
 
     def _append(self, record_type: RecordType, payload: bytes) -> int:
+        if self._run or self._removes:
+            self._write_pending()
+        return self.journal.add(record_type, payload)
+
+    def _write_pending(self) -> None:
+        """Write the runs being gathered, before any other record (the order of events)."""
         if self._run:
             self._write_run()
-        return self.journal.add(record_type, payload)
+        if self._removes:
+            self._write_removes()
+
+    def _write_removes(self) -> None:
+        removes, self._removes = self._removes, []
+        lsn = self.journal.add(RecordType.REMOVE_RUN, encode_lsns([add for add, _ in removes]))
+        live = self._live
+        live.born(lsn, live=False)  # in the segment of its ADDs: needed only while they are
+        for add, marks in removes:
+            live.kill(add)
+            for mark in marks or ():
+                self._drop_mark(mark)
 
     def _write_run(self) -> None:
         run, self._run = self._run, []
@@ -282,11 +304,23 @@ class JournalStore:
 
     def removed(self, message: Message) -> None:
         """The message left the broker (consumed, expired, trimmed)."""
-        if not message.location:
+        location = message.location
+        if not location:
             if self._tx is not None:  # added in this same transaction: neither record is needed
                 self._tx = [entry for entry in self._tx if entry[2] is not message]
             return
-        payload = encode_mark(message.destination, message.seq, message.location)
+        if self._tx is None and location >= self._live.bases[-1]:
+            # Added in the active segment: its REMOVE joins the run the next record, flush or
+            # last_lsn writes (in this segment: rotate writes it first).
+            if self._run:
+                self._write_run()  # it may mark this message, by the location cleared below
+            self._removes.append((location, message.marks))
+            message.location = 0
+            message.marks = None
+            if len(self._removes) >= RUN_MAX:
+                self._write_removes()
+            return
+        payload = encode_mark(message.destination, message.seq, location)
         if self._tx is not None:
             self._tx.append((RecordType.REMOVE, payload, message))
             return
@@ -435,7 +469,10 @@ class JournalStore:
 
     @property
     def last_lsn(self) -> int:
-        """The LSN of the last record appended: durable once synced up to it."""
+        """The LSN of the last record appended: durable once synced up to it. The runs being
+        gathered are written first, so that a RECEIPT waiting for it waits for them."""
+        if self._run or self._removes:
+            self._write_pending()
         return self.journal.next_lsn - 1
 
     @property
@@ -444,7 +481,7 @@ class JournalStore:
 
     @property
     def buffered(self) -> bool:
-        return self.journal.buffered or bool(self._run)
+        return self.journal.buffered or bool(self._run) or bool(self._removes)
 
     def request_sync(self, lsn: int) -> None:
         self.journal.request_sync(lsn)
@@ -452,8 +489,8 @@ class JournalStore:
     def flush(self) -> None:
         # A full segment is rotated here, between frames (never inside a transaction), so
         # segments stay near their size whatever the write rate.
-        if self._run:
-            self._write_run()
+        if self._run or self._removes:
+            self._write_pending()
         if self.journal.should_rotate and self._tx is None:
             self.rotate()
         self.journal.flush()
@@ -475,8 +512,8 @@ class JournalStore:
         return self._reclaim(force=True)
 
     def rotate(self) -> None:
-        if self._run:
-            self._write_run()  # in the segment of the messages it marks
+        if self._run or self._removes:
+            self._write_pending()  # in the segment of the messages they are about
         base = self.journal.rotate()
         self._live.add_segment(base)
         for lsn in self._meta:
@@ -521,8 +558,8 @@ class JournalStore:
 
     def close(self) -> None:
         try:
-            if self._run:
-                self._write_run()
+            if self._run or self._removes:
+                self._write_pending()
         finally:
             self.journal.close()
 
@@ -609,12 +646,8 @@ class JournalStore:
         kind = RecordType(record.type)
         if kind is RecordType.ADD:
             self._live.born(lsn)
-        elif kind is RecordType.REMOVE:
-            _, _, add = decode_mark(record.payload)
-            self._live.removal(lsn, add)
-            for mark in state.marks.pop(add, []):
-                self._drop_mark(mark)
-            state.deliveries.pop(add, None)
+        elif kind is RecordType.REMOVE or kind is RecordType.REMOVE_RUN:
+            self._replay_removal(lsn, kind, record.payload)
         elif kind is RecordType.DELIVERED_RUN:
             self._replay_run(lsn, decode_lsns(record.payload))
         elif kind is RecordType.DELIVERED:  # one delivery a record: journals of earlier versions
@@ -634,6 +667,21 @@ class JournalStore:
                     counts[seq] = counts.get(seq, 0) + 1
         else:
             self._replay_meta(record, kind)
+
+    def _replay_removal(self, lsn: int, kind: RecordType, payload: bytes) -> None:
+        state = self._replay_state
+        if kind is RecordType.REMOVE:
+            adds: tuple[int, ...] = (decode_mark(payload)[2],)
+            self._live.removal(lsn, adds[0])
+        else:
+            adds = decode_lsns(payload)
+            self._live.born(lsn, live=False)  # written in the segment of all its ADDs
+            for add in adds:
+                self._live.kill(add)
+        for add in adds:
+            for mark in state.marks.pop(add, []):
+                self._drop_mark(mark)
+            state.deliveries.pop(add, None)
 
     def _replay_run(self, lsn: int, adds: tuple[int, ...]) -> None:
         """A DELIVERED_RUN: a delivery of each message still live, and live while one is."""

@@ -18,6 +18,7 @@ u32 length prefix.
 | 11 | SNAPSHOT | count u32 of SEQ payloads, count u32 of DURABLE payloads: the state as of here |
 | 12 | TX_CUT | tx u64: the transaction at LSN tx was cut by a crash; its records are void |
 | 13 | DELIVERED_RUN | add u64, repeated: DELIVERED for each (the deliveries of one write) |
+| 14 | REMOVE_RUN | add u64, repeated: REMOVE for each; all in the segment of the run |
 
 A transaction's records follow its TX record without anything in between (the broker appends
 them in one step), so a TX whose records do not all follow it was cut by a crash.
@@ -52,6 +53,7 @@ class RecordType(enum.IntEnum):
     SNAPSHOT = 11
     TX_CUT = 12
     DELIVERED_RUN = 13
+    REMOVE_RUN = 14
     # Topic cursors and queue leases (their payloads are in core.lease_records).
     CURSOR = 20
     CURSOR_END = 21
@@ -176,7 +178,7 @@ def encode_lsn(lsn: int) -> bytes:
 
 
 def encode_lsns(lsns: list[int]) -> bytes:
-    """The payload of DELIVERED_RUN records."""
+    """The payload of DELIVERED_RUN and REMOVE_RUN records."""
     return struct.pack(f"<{len(lsns)}Q", *lsns)
 
 
