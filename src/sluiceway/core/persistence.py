@@ -81,7 +81,7 @@ log = logging.getLogger(__name__)
 COMPACT_BELOW: Final = 0.25  # rewrite a segment when fewer than this share of its records live
 COMPACT_MIN_BYTES: Final = 1024 * 1024  # ...and it is at least this big (small ones: not worth it)
 SEQ_BLOCK: Final = 1000  # sequence numbers reserved per SEQ record
-RUN_MAX: Final = 1024  # deliveries waiting to be written as one DELIVERED_RUN record, at most
+RUN_MAX: Final = 1024  # deliveries (or removals) gathered for one *_RUN record, at most
 
 Snapshot = Callable[[], tuple[list[tuple[DestinationName, int]], list[DurableRecord]]]
 # More state a new segment starts with, after the SNAPSHOT: one record (type and payload).
