@@ -489,8 +489,7 @@ class JournalStore:
     def flush(self) -> None:
         # A full segment is rotated here, between frames (never inside a transaction), so
         # segments stay near their size whatever the write rate.
-        if self._run or self._removes:
-            self._write_pending()
+        self._write_pending()
         if self.journal.should_rotate and self._tx is None:
             self.rotate()
         self.journal.flush()
@@ -512,8 +511,7 @@ class JournalStore:
         return self._reclaim(force=True)
 
     def rotate(self) -> None:
-        if self._run or self._removes:
-            self._write_pending()  # in the segment of the messages they are about
+        self._write_pending()  # in the segment of the messages they are about
         base = self.journal.rotate()
         self._live.add_segment(base)
         for lsn in self._meta:
@@ -558,8 +556,7 @@ class JournalStore:
 
     def close(self) -> None:
         try:
-            if self._run or self._removes:
-                self._write_pending()
+            self._write_pending()
         finally:
             self.journal.close()
 

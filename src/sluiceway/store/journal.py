@@ -607,13 +607,12 @@ class Journal:
     def request_sync(self, lsn: int) -> None:
         """Something waits for `lsn` to be durable (a RECEIPT): under GROUP a round starts now
         for what is written, instead of up to sync_delay later. Does not block."""
-        if self._syncer is None:
-            return
+        if self._syncer is None or lsn <= self._wanted_lsn:
+            return  # asked already (it only grows): no lock taken, as on most calls
         with self._cond:
-            if lsn > self._wanted_lsn:
-                self._wanted_lsn = lsn
-                if self._dirty and lsn > self._synced_lsn:
-                    self._cond.notify()
+            self._wanted_lsn = max(self._wanted_lsn, lsn)
+            if self._dirty and lsn > self._synced_lsn:
+                self._cond.notify()
 
     def wait_synced(self, lsn: int, timeout: float | None = None) -> bool:
         """Block until `lsn` is durable (True) or `timeout` seconds pass (False).
