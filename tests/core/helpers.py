@@ -62,7 +62,7 @@ class Client:
     ) -> str:
         """Send as a SEND frame would; a held SEND is recorded in `held`, and its outcome in
         `outcomes` once the broker settles it."""
-        message, held = self.connection.send(
+        sent = self.connection.send(
             parse_destination(path),
             body,
             (),
@@ -72,6 +72,7 @@ class Client:
             transaction=transaction,
             report=report,
         )
+        message, held = sent.message, sent.held
         if held is not None:
             self.held.append(held)
             held.on_done = lambda error: self.outcomes.append((message.id, error))

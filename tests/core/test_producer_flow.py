@@ -113,9 +113,9 @@ def test_room_goes_to_held_producers_before_a_newcomer(make_broker: MakeBroker) 
     consumer.subscribe(Q, limit=1)
     (delivery,) = consumer.take()
     consumer.connection.ack(delivery.subscription, delivery.message.id, None)  # no settle yet
-    _, held = newcomer.connection.send(
+    held = newcomer.connection.send(
         parse_destination(Q), b"newcomer", (), priority=4, expires=0, persistent=True
-    )
+    ).held
     assert held is not None  # it waits behind the producer already waiting
     assert held.reason.limit == "maxNumMsgs"
     broker.settle()

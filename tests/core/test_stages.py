@@ -46,7 +46,7 @@ def stage(
 ) -> str:
     """A SEND with `stage:name` (SINK/BATCH/TASK); held ones are recorded as Client.send does."""
     sink, batch, task = name.split("/", 2)
-    message, held = client.connection.send(
+    sent = client.connection.send(
         parse_destination(path),
         body,
         (),
@@ -56,6 +56,7 @@ def stage(
         report=True,
         stage=StagedSend(StageName(sink, int(batch), task), ttl_ms),
     )
+    message, held = sent.message, sent.held
     if held is not None:
         client.held.append(held)
         held.on_done = lambda error: client.outcomes.append((message.id, error))

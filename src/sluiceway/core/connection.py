@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from sluiceway.core.cursors import CursorRead
 from sluiceway.core.destination import Destination, Queue, Topic
@@ -43,11 +43,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Sent(NamedTuple):
-    """What became of a SEND: the message, and its HeldSend while it waits (else None)."""
+class Sent:
+    """What became of a SEND: the message, and its HeldSend while it waits (else None).
 
-    message: Message
-    held: HeldSend | None
+    A class, not a named tuple: one is made per SEND, and a named tuple's __new__ is
+    interpreted Python even in the compiled build."""
+
+    __slots__ = ("held", "message")
+
+    def __init__(self, message: Message, held: HeldSend | None) -> None:
+        self.message = message
+        self.held = held
 
 
 class CoreConnection:

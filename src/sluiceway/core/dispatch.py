@@ -22,7 +22,7 @@ consumer matches stay where they are.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from sluiceway.config import DispatchPolicy
 from sluiceway.core.message import Message
@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from sluiceway.core.destination import Queue
     from sluiceway.core.subscription import QueueSubscription
 
+# Read on every message. A Final name is a C static in the compiled build; the member itself,
+# `DispatchPolicy.OPENMQ`, is looked up through EnumType.__getattr__ (config stays Python).
+_OPENMQ: Final = DispatchPolicy.OPENMQ
+
 
 def dispatch(queue: Queue) -> None:
     """Stage pending messages to ready consumers according to the queue's policy."""
@@ -38,7 +42,7 @@ def dispatch(queue: Queue) -> None:
         return
     if queue.selective:
         _dispatch_scan(queue)
-    elif queue.settings.dispatch_policy is DispatchPolicy.OPENMQ:
+    elif queue.settings.dispatch_policy is _OPENMQ:
         for consumer in queue.consumers:
             fill(queue, consumer)
             if not queue.pending:
@@ -55,7 +59,7 @@ def stage_at_once(queue: Queue, message: Message) -> bool:
         queue.pending
         or queue.selective
         or message.expires
-        or queue.settings.dispatch_policy is not DispatchPolicy.OPENMQ
+        or queue.settings.dispatch_policy is not _OPENMQ
     ):
         return False
     consumer = _first_ready(queue, message)
@@ -83,7 +87,7 @@ def _pop_live(queue: Queue, now: int) -> Message | None:
 
 def refill(queue: Queue, consumer: QueueSubscription) -> None:
     """`consumer` can take more: under OPENMQ it takes them itself, otherwise the policy runs."""
-    if queue.selective or queue.settings.dispatch_policy is not DispatchPolicy.OPENMQ:
+    if queue.selective or queue.settings.dispatch_policy is not _OPENMQ:
         dispatch(queue)
     else:
         fill(queue, consumer)
@@ -169,7 +173,7 @@ def _first_ready(queue: Queue, message: Message) -> QueueSubscription | None:
 
 def _dispatch_scan(queue: Queue) -> None:
     now = queue.clock.time_ms()
-    pick = _first_ready if queue.settings.dispatch_policy is DispatchPolicy.OPENMQ else None
+    pick = _first_ready if queue.settings.dispatch_policy is _OPENMQ else None
     horizon = _horizon(queue) if pick is None else None
 
     def choose(message: Message) -> bool:

@@ -84,7 +84,7 @@ assert _SUB_SEQ_ADD.size == 20
 assert _MESSAGE_FIXED.size == 1 + 1 + 8 + 8 + 4 + 2
 
 _KINDS: Final = (DestinationKind.QUEUE, DestinationKind.TOPIC)
-_KIND_CODES: Final = {DestinationKind.QUEUE: 0, DestinationKind.TOPIC: 1}
+_KIND_CODES: Final = {kind.value: code for code, kind in enumerate(_KINDS)}
 
 
 class RecordError(ValueError):
@@ -100,14 +100,17 @@ def _text(value: str) -> bytes:
 
 
 @lru_cache(maxsize=4096)  # a few names carry most records: each encoded once
-def _destination(name: DestinationName) -> bytes:
-    return _U8.pack(_KIND_CODES[name.kind]) + _text(name.name)
+def _destination(path: str) -> bytes:
+    """The record form of a destination, from its wire form `/KIND/NAME`. Keyed by the path: a
+    string keeps its hash, where DestinationName's __hash__ is Python code run at every call."""
+    kind, _, name = path[1:].partition("/")
+    return _U8.pack(_KIND_CODES[kind]) + _text(name)
 
 
 def encode_message(message: Message) -> bytes:
     """A message with its identity (destination, seq) and everything needed to deliver it."""
     parts = [
-        _destination(message.destination),
+        _destination(message.destination.path),
         _U64.pack(message.seq),
         _text(message.id),
         _MESSAGE_FIXED.pack(
@@ -129,12 +132,12 @@ def encode_message(message: Message) -> bytes:
 
 def encode_position(destination: DestinationName, seq: int) -> bytes:
     """The payload of SEQ records."""
-    return _destination(destination) + _U64.pack(seq)
+    return _destination(destination.path) + _U64.pack(seq)
 
 
 def encode_mark(destination: DestinationName, seq: int, add: int) -> bytes:
     """The payload of REMOVE and DELIVERED records: the message and its ADD's LSN."""
-    return _destination(destination) + _SEQ_ADD.pack(seq, add)
+    return _destination(destination.path) + _SEQ_ADD.pack(seq, add)
 
 
 def encode_sub_mark(sub_id: int, seq: int, add: int) -> bytes:

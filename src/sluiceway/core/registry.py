@@ -17,7 +17,9 @@ class DestinationRegistry:
     def __init__(self, config: BrokerConfig, context: Context) -> None:
         self._config = config
         self._context = context
-        self._destinations: dict[DestinationName, Destination] = {}
+        # Keyed by path (`/queue/NAME`): a string keeps its hash, where DestinationName's
+        # __hash__ is Python code run at every lookup, and a lookup comes with every SEND.
+        self._destinations: dict[str, Destination] = {}
         for definition in config.destinations:
             self.create(DestinationName(definition.kind, definition.name), definition.settings)
 
@@ -28,14 +30,14 @@ class DestinationRegistry:
         return len(self._destinations)
 
     def get(self, name: DestinationName) -> Destination | None:
-        return self._destinations.get(name)
+        return self._destinations.get(name.path)
 
     def create(self, name: DestinationName, settings: DestinationSettings) -> Destination:
         """Create destination `name` with `settings` (it must not exist yet)."""
-        assert name not in self._destinations
+        assert name.path not in self._destinations
         cls = Queue if name.kind is DestinationKind.QUEUE else Topic
         destination = cls(name, settings, self._context)
-        self._destinations[name] = destination
+        self._destinations[name.path] = destination
         return destination
 
     def configure(self, config: BrokerConfig) -> None:
@@ -43,19 +45,19 @@ class DestinationRegistry:
         self._config = config
 
     def remove(self, name: DestinationName) -> None:
-        del self._destinations[name]
+        del self._destinations[name.path]
 
     def recovered(self, name: DestinationName) -> Destination:
         """The destination a recovered message or durable subscription belongs to, created
         (with the auto-create settings) if the configuration does not define it."""
-        destination = self._destinations.get(name)
+        destination = self._destinations.get(name.path)
         if destination is None:
             destination = self.create(name, self._config.autocreate_settings(name.kind))
         return destination
 
     def resolve(self, name: DestinationName) -> Destination:
         """The destination called `name`, created now if it is new and auto-creation is on."""
-        destination = self._destinations.get(name)
+        destination = self._destinations.get(name.path)
         if destination is not None:
             return destination
         if name.is_system:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from sluiceway.config import DispatchPolicy
 from sluiceway.core.destination import Destination, Queue, Topic
@@ -27,6 +27,10 @@ from sluiceway.core.pending import PRIORITY_LEVELS
 
 if TYPE_CHECKING:
     from sluiceway.core.connection import CoreConnection
+
+# Read on every message. A Final name is a C static in the compiled build; the member itself,
+# `DispatchPolicy.FAIR`, is looked up through EnumType.__getattr__ (config stays Python).
+_FAIR: Final = DispatchPolicy.FAIR
 
 
 class AckMode(enum.Enum):
@@ -244,12 +248,18 @@ class Subscription:
         """`message` was written and awaits acknowledgement (the store may want to know)."""
 
 
-class Delivery(NamedTuple):
-    """One message written to one subscription; `delivery_count` is 1 on the first delivery."""
+class Delivery:
+    """One message written to one subscription; `delivery_count` is 1 on the first delivery.
 
-    subscription: Subscription
-    message: Message
-    delivery_count: int
+    A class, not a named tuple: one is made per delivery, and a named tuple's __new__ is
+    interpreted Python even in the compiled build."""
+
+    __slots__ = ("delivery_count", "message", "subscription")
+
+    def __init__(self, subscription: Subscription, message: Message, delivery_count: int) -> None:
+        self.subscription = subscription
+        self.message = message
+        self.delivery_count = delivery_count
 
 
 PACE_WEIGHT = 0.2  # of each new sample in a consumer's moving average of time per message
@@ -270,7 +280,7 @@ class QueueSubscription(Subscription):
         self.busy_since: float | None = None  # monotonic time of its last consumption or start
 
     def timed(self, count: int) -> None:
-        if self.queue.settings.dispatch_policy is not DispatchPolicy.FAIR or not count:
+        if self.queue.settings.dispatch_policy is not _FAIR or not count:
             return
         now = self.connection.clock.monotonic()
         if self.busy_since is not None:
@@ -286,14 +296,14 @@ class QueueSubscription(Subscription):
             count
             and self.active
             and self.queue.pending
-            and self.queue.settings.dispatch_policy is DispatchPolicy.FAIR
+            and self.queue.settings.dispatch_policy is _FAIR
         ):
             # The policy may have held messages back from this consumer before its window was
             # used up (core.dispatch): each consumption makes room for more.
             self.refill()
 
     def stage(self, message: Message) -> None:
-        if self.busy_since is None and self.queue.settings.dispatch_policy is DispatchPolicy.FAIR:
+        if self.busy_since is None and self.queue.settings.dispatch_policy is _FAIR:
             self.busy_since = self.connection.clock.monotonic()
         super().stage(message)
 

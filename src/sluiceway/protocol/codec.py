@@ -296,15 +296,18 @@ class FrameDecoder:
 
     def _plain_head(self, head: bytearray) -> tuple[str, dict[str, str]] | None:
         """Command and headers of a head needing no unescaping and within the limits."""
-        if b"\r" in head or b"\\" in head:
+        try:
+            text = head.decode()
+        except UnicodeDecodeError:
+            return None
+        # Searched in the text: `bytes in bytearray` first tries the bytes as an integer, and
+        # the TypeError it formats and drops costs more than the search.
+        if "\r" in text or "\\" in text:
             return None
         longest = self._max_header_length
         if len(head) > longest and max(map(len, head.split(b"\n"))) > longest:
             return None
-        try:
-            command, *lines = head.decode().split("\n")
-        except UnicodeDecodeError:
-            return None
+        command, *lines = text.split("\n")
         if len(lines) > self._max_header_count or not (
             command.isascii() and command.isalpha() and command.isupper()
         ):

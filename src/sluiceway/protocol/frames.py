@@ -45,17 +45,25 @@ UNESCAPED_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
 BODY_COMMANDS = frozenset({"SEND", "MESSAGE", "ERROR"})
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Frame:
     """One STOMP frame. `headers` keeps wire order; the first of repeated names wins.
 
     Not frozen: two frames are made per message on the broker's hot path, and a frozen
-    dataclass takes three times as long to make. Nothing changes a frame once made.
+    dataclass takes three times as long to make. Nothing changes a frame once made. Its
+    __init__ is written out: a generated one stays interpreted Python in the compiled build.
     """
 
     command: str
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+
+    def __init__(
+        self, command: str, headers: dict[str, str] | None = None, body: bytes = b""
+    ) -> None:
+        self.command = command
+        self.headers = {} if headers is None else headers
+        self.body = body
 
     def get(self, name: str, default: str | None = None) -> str | None:
         """The value of header `name`, or `default` when the frame does not carry it."""

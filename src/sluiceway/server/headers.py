@@ -10,7 +10,7 @@ count of messages), `consumer-flow-threshold` (imqConsumerFlowThreshold, percent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final
 
 from sluiceway.core.flow import (
     DEFAULT_CONNECTION_FLOW_COUNT,
@@ -204,15 +204,28 @@ def flow_request(frame: Frame) -> FlowRequest:
     )
 
 
-class SendRequest(NamedTuple):
-    """A SEND frame, read (a named tuple: one is made per SEND, and tuples are made fastest)."""
+class SendRequest:
+    """A SEND frame, read. A class, not a named tuple: one is made per SEND, and a named
+    tuple's __new__ is interpreted Python even in the compiled build."""
 
-    destination: DestinationName
-    priority: int
-    expires: int
-    persistent: bool
-    transaction: str | None
-    headers: tuple[tuple[str, str], ...]
+    __slots__ = ("destination", "expires", "headers", "persistent", "priority", "transaction")
+
+    def __init__(
+        self,
+        *,
+        destination: DestinationName,
+        priority: int,
+        expires: int,
+        persistent: bool,
+        transaction: str | None,
+        headers: tuple[tuple[str, str], ...],
+    ) -> None:
+        self.destination = destination
+        self.priority = priority
+        self.expires = expires
+        self.persistent = persistent
+        self.transaction = transaction
+        self.headers = headers
 
 
 def send_request(frame: Frame, max_header_count: int) -> SendRequest:

@@ -47,6 +47,9 @@ _BROKER_NAMES: Final = frozenset(
 
 # Subscription ids and destination names recur on every MESSAGE: escaped once each.
 _escape_name: Final = lru_cache(maxsize=4096)(escape_value)
+# Read on every message. A Final name is a C static in the compiled build; the member itself,
+# `DestinationKind.TOPIC`, is looked up through EnumType.__getattr__ (naming stays Python).
+_TOPIC: Final = DestinationKind.TOPIC
 
 
 def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
@@ -117,7 +120,7 @@ def _message_headers(message: Message) -> dict[str, str]:
 
 
 def _keep(message: Message, wire: tuple[str, bytes]) -> tuple[str, bytes]:
-    if message.destination.kind is DestinationKind.TOPIC:
+    if message.destination.kind is _TOPIC:
         message.wire = wire  # every subscriber gets the same
     return wire
 
