@@ -6,9 +6,10 @@ With the history sampled every second, three things happen one after the other:
    (windows of 10). 300 messages arrive at once; the slow consumer, first in line, takes 200 and
    acknowledges them one by one over several seconds while the fast ones, done with their share,
    sit empty.
-2. Pauses: on /queue/paused one consumer with a window of 10 gets 20 messages. It holds the first
-   10 for PAUSE_S seconds without acknowledging (its window used up: paused by flow control),
-   acknowledges them, gets the next 10 at once and holds those for PAUSE_S more.
+2. Pauses: on /queue/paused one consumer with a window of 10 and a threshold of 0 gets 20
+   messages. It holds the first 10 for PAUSE_S seconds without acknowledging (its window used up:
+   paused by flow control), acknowledges them, gets the next 10 at once and holds those for
+   PAUSE_S more.
 3. Holding: /queue/full takes at most 5 messages (FLOW_CONTROL); a producer sends 8, so 3 wait
    for HOLD_S seconds until a consumer arrives.
 
@@ -97,7 +98,13 @@ def pauses(port: int) -> float:
     """Phase 2; returns how long the consumer's window was used up, as the client saw it."""
     producer = _client(port)
     consumer = _client(port)
-    consumer.subscribe(PAUSED, "p", consumer_flow_limit=str(PAUSE_WINDOW))
+    # Threshold 0: the window refills once all 10 are acknowledged, with all 10 at once. At the
+    # default of 50 % the refill comes as soon as the ACKs the broker has read bring the
+    # unconsumed count to 5 or below, with 10 minus that count; the broker acknowledges the ACKs
+    # of one read together, so ACKs read 7 and 3 bring 7 more, then nothing while 7 are held.
+    consumer.subscribe(
+        PAUSED, "p", consumer_flow_limit=str(PAUSE_WINDOW), consumer_flow_threshold="0"
+    )
     for number in range(2 * PAUSE_WINDOW):
         producer.send("SEND", {"destination": PAUSED}, f"task {number}".encode())
     producer.sync()

@@ -89,6 +89,24 @@ def test_threshold_10_waits_for_nine_acks(raw: ClientFactory) -> None:
     assert consumer.drain() == []
 
 
+def test_threshold_0_refills_the_whole_window_however_the_acks_are_read(
+    raw: ClientFactory,
+) -> None:
+    producer, consumer = raw(), raw()
+    consumer.subscribe("/queue/t0", consumer_flow_limit="10", consumer_flow_threshold="0")
+    fill(producer, "/queue/t0", 20)
+    first = consumer.receive(10)
+    for message in first[:7]:
+        consumer.ack(message)
+    consumer.sync()  # the broker has read these 7, whatever reads it took
+    assert consumer.drain() == []  # 3 unconsumed: above floor(10*0/100) = 0
+    for message in first[7:]:
+        consumer.ack(message)
+    assert numbers(first + consumer.receive(10)) == list(range(20))
+    consumer.sync()
+    assert consumer.drain() == []
+
+
 def test_destination_cap_of_3_beats_client_limit_of_10(make_broker: BrokerFactory) -> None:
     broker = make_broker({"imq.destination.queue.capped.consumerFlowLimit": "3"})
     client = RawClient(broker.port)

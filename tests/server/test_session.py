@@ -207,3 +207,38 @@ def test_a_run_of_acks_keeps_each_ones_meaning_and_stops_at_a_bad_one(broker: Br
         other = Peer(broker)
         other.feed("SUBSCRIBE", {"destination": f"/queue/{name}", "id": "s"})
         assert bodies(other.payload()) == left
+
+
+@pytest.mark.parametrize(
+    ("threshold", "after_seven", "after_three"),
+    [
+        # 7 acknowledged in one read leave 3 unconsumed, at or below floor(10 * 50 / 100) = 5:
+        # a batch of 10 - 3 = 7. The other 3 leave 7 unconsumed, above 5 again: nothing more.
+        ("50", 7, 0),
+        # Only 0 unconsumed refills the window, with the whole window, however the ACKs are read.
+        ("0", 0, 10),
+    ],
+)
+def test_the_refill_depends_on_how_many_unconsumed_the_acks_of_a_read_leave(
+    broker: Broker, threshold: str, after_seven: int, after_three: int
+) -> None:
+    producer, consumer = Peer(broker), Peer(broker)
+    consumer.feed(
+        "SUBSCRIBE",
+        {
+            "destination": "/queue/q",
+            "id": "s",
+            "ack": "client-individual",
+            "consumer-flow-limit": "10",
+            "consumer-flow-threshold": threshold,
+        },
+    )
+    for i in range(20):
+        producer.feed("SEND", {"destination": "/queue/q"}, b"%d" % i)
+    first = consumer.payload()
+    assert len(first) == 10
+    ids = [m.headers["ack"] for m in first]
+    consumer.session.receive_data(acks(*ids[:7]))
+    assert len(consumer.payload()) == after_seven
+    consumer.session.receive_data(acks(*ids[7:]))
+    assert len(consumer.payload()) == after_three
