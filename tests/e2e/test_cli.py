@@ -96,9 +96,11 @@ def test_help_and_property_list() -> None:
     assert "`imq.protocol.tcp.nodelay`" in listing.stdout
 
 
-def test_port_in_use_is_a_clear_error(broker_process: BrokerProcess) -> None:
+def test_port_in_use_is_a_clear_error(broker_process: BrokerProcess, tmp_path: Path) -> None:
+    # Its own data directory: it opens the store before the port, and the default one is in the
+    # directory the tests run from.
     result = subprocess.run(
-        sluiceway("broker", "--port", str(broker_process.port)),
+        sluiceway("broker", "--port", str(broker_process.port), "--data-dir", str(tmp_path)),
         capture_output=True,
         text=True,
         timeout=30,
