@@ -16,8 +16,9 @@ figure points (for latency and memory, lower is better and the ratio is best pee
     .venv/bin/python benchmarks/compare.py [--runs 3] [--brokers sluiceway,rabbitmq,activemq]
         [--scenarios queue,latency,...] [--scale 0.1]
 
-Writes benchmarks/results/compare.json (every run) and the table in benchmarks/README.md
-between its `compare:begin` and `compare:end` markers.
+Writes benchmarks/results/compare.json (every run; `--results PATH` writes elsewhere) and,
+unless `--no-readme`, the table in benchmarks/README.md between its `compare:begin` and
+`compare:end` markers.
 """
 
 from __future__ import annotations
@@ -399,7 +400,16 @@ def main() -> None:
     parser.add_argument("--brokers", default="sluiceway,rabbitmq,activemq")
     parser.add_argument("--scenarios", default=",".join(s.key for s in SCENARIOS))
     parser.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
-    parser.add_argument("--no-readme", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--no-readme", action="store_true", help="print the table, leave README.md as it is"
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="where every run's figures go (default results/compare.json; --merge and "
+        "--from-results read it)",
+    )
     parser.add_argument(
         "--merge",
         action="store_true",
@@ -411,22 +421,24 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.from_results:
-        saved = json.loads(RESULTS.read_text())
+        saved = json.loads(args.results.read_text())
         measurements = [Measurement(**m) for m in saved["measurements"]]
-        publish(measurements, saved["runs"], saved["scale"], readme=not args.no_readme)
+        publish(
+            measurements, saved["runs"], saved["scale"], args.results, readme=not args.no_readme
+        )
         return
     chosen = [s for s in SCENARIOS if s.key in args.scenarios.split(",")]
     measurements = []
     if args.merge:
         keys = {s.key for s in chosen}
-        saved = json.loads(RESULTS.read_text())
+        saved = json.loads(args.results.read_text())
         if saved["runs"] != args.runs or saved["scale"] != args.scale:
             sys.exit("compare.py: --merge needs the --runs and --scale of compare.json")
         measurements = [
             Measurement(**m) for m in saved["measurements"] if m["scenario"] not in keys
         ]
     measurements += run_all(chosen, args.brokers.split(","), args.runs, args.scale)
-    publish(measurements, args.runs, args.scale, readme=not args.no_readme)
+    publish(measurements, args.runs, args.scale, args.results, readme=not args.no_readme)
 
 
 def run_all(
@@ -444,10 +456,12 @@ def run_all(
     return measurements
 
 
-def publish(measurements: list[Measurement], runs: int, scale: float, *, readme: bool) -> None:
+def publish(
+    measurements: list[Measurement], runs: int, scale: float, results: Path, *, readme: bool
+) -> None:
     text = table(measurements, runs)
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(json.dumps({
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                    f"{platform.python_version()}",
         "runs": runs,

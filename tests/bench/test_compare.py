@@ -114,3 +114,24 @@ def test_the_pid_measured_is_the_started_brokers(compare: ModuleType) -> None:
         with socket.create_connection(("127.0.0.1", broker.port), timeout=5):
             pass
     assert compare.listening_pid(broker.port) == 0  # stopped with the run
+
+
+def test_results_elsewhere_leave_compare_json_and_the_readme_alone(
+    compare: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    key = "received_per_second"
+    runs = measured(compare, "queue", {
+        "sluiceway": {key: [300.0]}, "rabbitmq": {key: [100.0]}, "activemq": {key: [150.0]},
+    })  # fmt: skip
+    written: list[str] = []
+    monkeypatch.setattr(compare, "write_readme", written.append)
+    monkeypatch.setattr(compare, "RESULTS", tmp_path / "default.json")
+    elsewhere = tmp_path / "confirm" / "figures.json"
+    compare.publish(runs, 1, 1.0, elsewhere, readme=False)
+    assert "| 300 (2.00x) |" in capsys.readouterr().out
+    assert written == []
+    assert not (tmp_path / "default.json").exists()
+    monkeypatch.setattr(sys, "argv", ["compare.py", "--from-results", "--results", str(elsewhere)])
+    compare.main()  # reads the figures back from where they went, and writes the table
+    assert len(written) == 1
+    assert "| 300 (2.00x) |" in written[0]
