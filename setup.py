@@ -30,7 +30,10 @@ SOURCES = HERE / "src"
 # cannot be unpickled.
 # Two things compile differently, and the compiled modules use neither: `raise ... from CAUSE`
 # drops the cause (set __cause__ instead), and a memoryview slice evaluates a bound twice (no
-# side effect in a slice bound).
+# side effect in a slice bound). And generated code is not compiled: a dataclass's __init__ and
+# a named tuple's __new__ run as interpreted Python, as does a member lookup on an enum of a
+# module left out (`Kind.MEMBER` goes through EnumType.__getattr__). A class made per message
+# writes its __init__ out, and such members are read through module Final names.
 COMPILED = (
     "sluiceway/protocol/codec.py",
     "sluiceway/protocol/frames.py",
