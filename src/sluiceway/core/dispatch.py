@@ -31,8 +31,7 @@ if TYPE_CHECKING:
     from sluiceway.core.destination import Queue
     from sluiceway.core.subscription import QueueSubscription
 
-# Read on every message. A Final name is a C static in the compiled build; the member itself,
-# `DispatchPolicy.OPENMQ`, is looked up through EnumType.__getattr__ (config stays Python).
+# Read on every message: a Final name is a C static when compiled (setup.py says why).
 _OPENMQ: Final = DispatchPolicy.OPENMQ
 
 

@@ -37,7 +37,7 @@ from functools import lru_cache
 from typing import Final
 
 from sluiceway.core.message import Message
-from sluiceway.naming import DestinationKind, DestinationName
+from sluiceway.naming import DestinationKind, DestinationName, parse_destination
 
 
 class RecordType(enum.IntEnum):
@@ -84,7 +84,7 @@ assert _SUB_SEQ_ADD.size == 20
 assert _MESSAGE_FIXED.size == 1 + 1 + 8 + 8 + 4 + 2
 
 _KINDS: Final = (DestinationKind.QUEUE, DestinationKind.TOPIC)
-_KIND_CODES: Final = {kind.value: code for code, kind in enumerate(_KINDS)}
+_KIND_CODES: Final = {DestinationKind.QUEUE: 0, DestinationKind.TOPIC: 1}
 
 
 class RecordError(ValueError):
@@ -101,10 +101,10 @@ def _text(value: str) -> bytes:
 
 @lru_cache(maxsize=4096)  # a few names carry most records: each encoded once
 def _destination(path: str) -> bytes:
-    """The record form of a destination, from its wire form `/KIND/NAME`. Keyed by the path: a
-    string keeps its hash, where DestinationName's __hash__ is Python code run at every call."""
-    kind, _, name = path[1:].partition("/")
-    return _U8.pack(_KIND_CODES[kind]) + _text(name)
+    """The record form of a destination, from its wire form. Keyed by the path: a string keeps
+    its hash, where DestinationName's __hash__ is Python code run at every call."""
+    name = parse_destination(path)
+    return _U8.pack(_KIND_CODES[name.kind]) + _text(name.name)
 
 
 def encode_message(message: Message) -> bytes:

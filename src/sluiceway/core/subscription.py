@@ -28,8 +28,7 @@ from sluiceway.core.pending import PRIORITY_LEVELS
 if TYPE_CHECKING:
     from sluiceway.core.connection import CoreConnection
 
-# Read on every message. A Final name is a C static in the compiled build; the member itself,
-# `DispatchPolicy.FAIR`, is looked up through EnumType.__getattr__ (config stays Python).
+# Read on every message: a Final name is a C static when compiled (setup.py says why).
 _FAIR: Final = DispatchPolicy.FAIR
 
 

@@ -47,8 +47,7 @@ _BROKER_NAMES: Final = frozenset(
 
 # Subscription ids and destination names recur on every MESSAGE: escaped once each.
 _escape_name: Final = lru_cache(maxsize=4096)(escape_value)
-# Read on every message. A Final name is a C static in the compiled build; the member itself,
-# `DestinationKind.TOPIC`, is looked up through EnumType.__getattr__ (naming stays Python).
+# Read on every message: a Final name is a C static when compiled (setup.py says why).
 _TOPIC: Final = DestinationKind.TOPIC
 
 

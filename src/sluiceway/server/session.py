@@ -83,8 +83,7 @@ DEFERRED: Final[Mapping[str, str]] = MappingProxyType({})
 # to sync, before the session takes no further frame: past this a slow disk (or a client that
 # does not read) paces the client, and the bytes it sends wait in the socket, not in memory.
 MAX_WAITING_CONTROL: Final = 4096
-# Read on every SEND. A Final name is a C static in the compiled build; the member itself,
-# `Operation.PRODUCE`, is looked up through EnumType.__getattr__ (security stays Python).
+# Read on every message: a Final name is a C static when compiled (setup.py says why).
 _PRODUCE: Final = Operation.PRODUCE
 
 
