@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sluiceway.core.message import Message
 from sluiceway.core.persistence import RUN_MAX, JournalStore, Recovery
 from sluiceway.core.records import (
@@ -15,7 +17,7 @@ from sluiceway.core.records import (
     encode_tx,
 )
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.store.journal import Journal, SyncPolicy
+from sluiceway.store.journal import CorruptJournal, Journal, SyncPolicy
 
 QUEUE = DestinationName(DestinationKind.QUEUE, "q")
 TOPIC = DestinationName(DestinationKind.TOPIC, "t")
@@ -309,3 +311,55 @@ def test_a_segment_emptied_before_an_older_one_is_reclaimed_after_a_restart(
     store, recovered, _ = reopen(store, tmp_path)
     assert [m.seq for m in recovered] == [3, 4]
     store.close()
+
+
+def test_records_naming_messages_of_a_deleted_segment_are_dead_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A REMOVE and a delivery mark outlive the segment of the message they name; recovery
+    must take them for what they are (about a message that is gone), never for a record of
+    another segment."""
+    store, _, _ = open_store(tmp_path)
+    consumed = added(store, 20)  # the first segment: all of them consumed below
+    store.rotate()
+    kept = [message(seq, TOPIC) for seq in range(1, 31)]  # the second: never consumed
+    for m in kept:
+        store.added(m)
+    for m in consumed:
+        store.delivered(m)  # one DELIVERED_RUN in the second segment, naming the first's
+    for m in consumed:
+        store.removed(m)  # REMOVEs in the second segment too (their ADDs are older)
+    store.flush()
+    store.rotate()
+    # The once-a-second upkeep: the first segment goes; the second, small and mostly live, stays.
+    assert store.maintain() == (1, 0)
+    store, recovered, recovery = reopen(store, tmp_path)
+    assert [(m.destination, m.seq) for m in recovered] == [(TOPIC, m.seq) for m in kept]
+    assert recovery.outlived == len(consumed) * 2  # each REMOVE, and each in the run
+    store, recovered, recovery = reopen(store, tmp_path)
+    assert len(recovered) == len(kept)
+    store.close()
+
+
+def test_a_record_naming_a_later_record_stops_recovery_at_its_file_and_offset(
+    tmp_path: Path,
+) -> None:
+    store, _, _ = open_store(tmp_path)
+    store.added(message(1))
+    position = store.journal.append(RecordType.REMOVE, encode_mark(QUEUE, 1, 99))
+    store.flush()
+    store.close()
+    with pytest.raises(CorruptJournal) as caught:
+        open_store(tmp_path)
+    assert caught.value.segment == tmp_path / f"{position.segment:020d}.log"
+    assert caught.value.offset == position.offset
+    assert not caught.value.skippable
+    assert "names record 99, which does not come before it" in str(caught.value)
+
+
+def test_a_record_of_an_unknown_type_stops_recovery(tmp_path: Path) -> None:
+    store, _, _ = open_store(tmp_path)
+    position = store.journal.append(200, b"from the future")
+    store.close()
+    with pytest.raises(CorruptJournal, match=f"offset {position.offset}: record 1 .type 200."):
+        open_store(tmp_path)

@@ -28,12 +28,11 @@ so a backlog larger than memory can be recovered.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final, NoReturn, Protocol
 
 from sluiceway.core.lease_records import (
     STATE_RECORDS,
@@ -48,6 +47,7 @@ from sluiceway.core.lease_records import (
     encode_lease_end,
     encode_lease_mark,
 )
+from sluiceway.core.liveness import Liveness
 from sluiceway.core.message import Message
 from sluiceway.core.records import (
     DurableRecord,
@@ -74,7 +74,7 @@ from sluiceway.core.records import (
     encode_tx,
 )
 from sluiceway.naming import DestinationName
-from sluiceway.store.journal import Journal, Position, Record
+from sluiceway.store.journal import CorruptJournal, Journal, JournalError, Position, Record
 
 log = logging.getLogger(__name__)
 
@@ -102,77 +102,6 @@ class JournalExtension(Protocol):
         """Second pass: called with every record before it is handled, then with None at the
         end; `deliver` takes messages back into their destinations, as for ADD records."""
         ...
-
-
-class _Liveness:
-    """Which records of which segment are live: one byte per record, a count per segment."""
-
-    def __init__(self) -> None:
-        self.bases: list[int] = []  # segment base LSNs, ascending
-        self.flags: dict[int, bytearray] = {}
-        self.live: dict[int, int] = {}
-        self.total: dict[int, int] = {}
-        self.deps: dict[int, list[int]] = {}  # segment -> REMOVEs that die when it is deleted
-
-    def add_segment(self, base: int) -> None:
-        if base not in self.flags:
-            # In order: after recovery, a segment emptied by compaction (no record read from
-            # it) is added after later ones, and segment_of bisects.
-            bisect.insort(self.bases, base)
-            self.flags[base] = bytearray()
-            self.live[base] = self.total[base] = 0
-
-    def segment_of(self, lsn: int) -> int:
-        bases = self.bases
-        if lsn >= bases[-1]:
-            return bases[-1]  # the active segment: nearly every record's
-        return bases[bisect.bisect_right(bases, lsn) - 1]
-
-    def born(self, lsn: int, *, live: bool = True) -> None:
-        base = self.segment_of(lsn)
-        flags = self.flags[base]
-        index = lsn - base
-        size = len(flags)
-        if index == size:  # the next record of the segment: nearly always
-            flags.append(1 if live else 0)
-        else:
-            if size < index:
-                flags.extend(bytes(index + 1 - size))
-            if live:
-                flags[index] = 1
-        self.total[base] += 1
-        if live:
-            self.live[base] += 1
-
-    def kill(self, lsn: int) -> None:
-        base = self.segment_of(lsn)
-        flags = self.flags.get(base)
-        index = lsn - base
-        if flags is not None and index < len(flags) and flags[index]:
-            flags[index] = 0
-            self.live[base] -= 1
-
-    def is_live(self, lsn: int) -> bool:
-        base = self.segment_of(lsn)
-        flags = self.flags[base]
-        index = lsn - base
-        return index < len(flags) and bool(flags[index])
-
-    def removal(self, remove_lsn: int, add_lsn: int) -> None:
-        """A REMOVE at `remove_lsn` of the message added at `add_lsn`."""
-        self.kill(add_lsn)
-        add_base = self.segment_of(add_lsn)
-        if add_base < self.segment_of(remove_lsn) and add_base in self.flags:
-            self.born(remove_lsn)
-            self.deps.setdefault(add_base, []).append(remove_lsn)
-        else:
-            self.born(remove_lsn, live=False)
-
-    def drop_segment(self, base: int) -> None:
-        for lsn in self.deps.pop(base, []):
-            self.kill(lsn)
-        self.bases.remove(base)
-        del self.flags[base], self.live[base], self.total[base]
 
 
 @dataclass
@@ -206,6 +135,9 @@ class Recovery:
     durables: dict[int, RecoveredDurable] = field(default_factory=dict)
     messages: dict[DestinationName, int] = field(default_factory=dict)
     discarded_tx: int = 0
+    # References to messages of deleted segments: REMOVEs, delivery and acknowledgement marks
+    # that outlived the segment of the message they name. That message is gone, so are they.
+    outlived: int = 0
     leases: RecoveredLeases = field(default_factory=RecoveredLeases)  # and topic cursors
 
 
@@ -216,7 +148,7 @@ class JournalStore:
         self.journal = journal
         self._snapshot = snapshot
         self._snapshot_parts: list[SnapshotPart] = []
-        self._live = _Liveness()
+        self._live = Liveness()
         self._meta: list[int] = []  # SEQ, DURABLE... records in the active segment
         self._tx: list[tuple[RecordType, bytes, Message | None]] | None = None
         self._extensions: list[JournalExtension] = []
@@ -415,7 +347,10 @@ class JournalStore:
 
     def read(self, lsn: int, offset: int) -> Record:
         """The record `lsn`, at byte `offset` of its segment (valid until it is compacted)."""
-        return self.journal.read(Position(lsn, self._live.segment_of(lsn), offset))
+        base = self._live.segment_of(lsn)
+        if base is None:
+            raise JournalError(f"record {lsn} was in a segment deleted since: it is not live")
+        return self.journal.read(Position(lsn, base, offset))
 
     def replayed(self, lsn: int, *, live: bool) -> None:
         """Recovery, first pass: an extension's record read (`kill` it later if it dies)."""
@@ -604,21 +539,16 @@ class JournalStore:
         """Rebuild liveness and bookkeeping. A transaction's records are replayed only once
         all of them have been read: a transaction cut by a crash must change nothing."""
         state = self._replay_state
+        segment = 0
         for record in records:
             lsn = record.position.lsn
-            self._live.add_segment(record.position.segment)
+            if record.position.segment != segment:
+                if record.position.segment < segment:
+                    self._impossible(record, f"it follows records of segment {segment}")
+                segment = record.position.segment
+                self._live.add_segment(segment)
             if state.open_tx is not None:
-                if record.type == RecordType.TX_CUT and decode_lsn(record.payload) == state.open_tx:
-                    for member in state.tx_records:
-                        self._live.born(member.position.lsn, live=False)
-                    self._live.born(lsn, live=False)
-                    state.open_tx, state.tx_records = None, []
-                    continue
-                state.tx_records.append(record)
-                if len(state.tx_records) == state.tx_size:
-                    for member in state.tx_records:
-                        self._replay(member)
-                    state.open_tx, state.tx_records = None, []
+                self._tx_member(record)
                 continue
             if record.type == RecordType.TX:
                 self._live.born(lsn, live=False)  # only recovery reads it
@@ -626,6 +556,7 @@ class JournalStore:
                 state.open_tx = lsn if state.tx_size else None
                 continue
             if record.type == RecordType.TX_CUT:
+                self._refers(record, decode_lsn(record.payload))
                 self._live.born(lsn, live=False)  # its transaction was compacted away
                 continue
             extension = self._extension_of.get(record.type)  # (never inside a transaction)
@@ -637,26 +568,64 @@ class JournalStore:
             for member in state.tx_records:
                 self._live.born(member.position.lsn, live=False)
 
+    def _tx_member(self, record: Record) -> None:
+        """A record after a TX: one of its records, or the TX_CUT that voids it."""
+        state = self._replay_state
+        if record.type == RecordType.TX_CUT and decode_lsn(record.payload) == state.open_tx:
+            for member in state.tx_records:
+                self._live.born(member.position.lsn, live=False)
+            self._live.born(record.position.lsn, live=False)
+            state.open_tx, state.tx_records = None, []
+            return
+        state.tx_records.append(record)
+        if len(state.tx_records) == state.tx_size:
+            for member in state.tx_records:
+                self._replay(member)
+            state.open_tx, state.tx_records = None, []
+
+    def _impossible(self, record: Record, why: str) -> NoReturn:
+        """Stop recovery: the record says something no journal this broker wrote can say."""
+        position = record.position
+        raise CorruptJournal(
+            self.journal.segment_path(position.segment),
+            position.offset,
+            f"record {position.lsn} (type {record.type}) cannot be right: {why}",
+            skippable=False,
+        )
+
+    def _refers(self, record: Record, lsn: int) -> bool:
+        """Check a reference from `record` to the record `lsn`, which must come before it;
+        False when `lsn` was in a segment deleted since (counted: it is dead)."""
+        if not 0 < lsn < record.position.lsn:
+            self._impossible(record, f"it names record {lsn}, which does not come before it")
+        if self._live.gone(lsn):
+            self._replay_state.recovery.outlived += 1
+            return False
+        return True
+
     def _replay(self, record: Record) -> None:
         state = self._replay_state
         lsn = record.position.lsn
-        kind = RecordType(record.type)
+        try:
+            kind = RecordType(record.type)
+        except ValueError:
+            self._impossible(record, "no version of this broker writes that type")
         if kind is RecordType.ADD:
             self._live.born(lsn)
         elif kind is RecordType.REMOVE or kind is RecordType.REMOVE_RUN:
-            self._replay_removal(lsn, kind, record.payload)
+            self._replay_removal(record, kind)
         elif kind is RecordType.DELIVERED_RUN:
-            self._replay_run(lsn, decode_lsns(record.payload))
+            self._replay_run(record, decode_lsns(record.payload))
         elif kind is RecordType.DELIVERED:  # one delivery a record: journals of earlier versions
-            self._replay_run(lsn, (decode_mark(record.payload)[2],))
+            self._replay_run(record, (decode_mark(record.payload)[2],))
         elif kind is RecordType.LEASE_MARK:
             lease_id, _, add = decode_lease_mark(record.payload)
-            if self._replay_mark(lsn, add):  # a lease took it: one delivery
+            if self._replay_mark(record, add):  # a lease took it: one delivery
                 state.deliveries[add] = state.deliveries.get(add, 0) + 1
                 state.recovery.leases.marked(add, lease_id)
         elif kind in (RecordType.DURABLE_ACK, RecordType.DURABLE_DELIVERED):
             sub_id, seq, add = decode_sub_mark(record.payload)
-            if self._replay_mark(lsn, add):
+            if self._replay_mark(record, add):
                 if kind is RecordType.DURABLE_ACK:
                     state.acked.setdefault(sub_id, set()).add(seq)
                 else:
@@ -665,13 +634,19 @@ class JournalStore:
         else:
             self._replay_meta(record, kind)
 
-    def _replay_removal(self, lsn: int, kind: RecordType, payload: bytes) -> None:
+    def _replay_removal(self, record: Record, kind: RecordType) -> None:
         state = self._replay_state
+        lsn = record.position.lsn
         if kind is RecordType.REMOVE:
-            adds: tuple[int, ...] = (decode_mark(payload)[2],)
+            adds: tuple[int, ...] = (decode_mark(record.payload)[2],)
+            self._refers(record, adds[0])
             self._live.removal(lsn, adds[0])
         else:
-            adds = decode_lsns(payload)
+            adds = decode_lsns(record.payload)
+            base = record.position.segment
+            for add in adds:
+                if not base <= add < lsn:
+                    self._impossible(record, f"it names record {add}, outside its own segment")
             self._live.born(lsn, live=False)  # written in the segment of all its ADDs
             for add in adds:
                 self._live.kill(add)
@@ -680,12 +655,13 @@ class JournalStore:
                 self._drop_mark(mark)
             state.deliveries.pop(add, None)
 
-    def _replay_run(self, lsn: int, adds: tuple[int, ...]) -> None:
+    def _replay_run(self, record: Record, adds: tuple[int, ...]) -> None:
         """A DELIVERED_RUN: a delivery of each message still live, and live while one is."""
         state = self._replay_state
+        lsn = record.position.lsn
         live = 0
         for add in adds:
-            if self._live.is_live(add):
+            if self._refers(record, add) and self._live.is_live(add):
                 live += 1
                 state.marks.setdefault(add, []).append(lsn)
                 state.deliveries[add] = state.deliveries.get(add, 0) + 1
@@ -693,9 +669,10 @@ class JournalStore:
         if live:
             self._run_refs[lsn] = live
 
-    def _replay_mark(self, lsn: int, add: int) -> bool:
+    def _replay_mark(self, record: Record, add: int) -> bool:
         """A record about the message added at `add`: live (True) while that message is."""
-        if self._live.is_live(add):
+        lsn = record.position.lsn
+        if self._refers(record, add) and self._live.is_live(add):
             self._live.born(lsn)
             self._replay_state.marks.setdefault(add, []).append(lsn)
             return True

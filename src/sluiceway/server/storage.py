@@ -107,6 +107,11 @@ class Storage:
         try:
             recovery = broker.recover()
         except CorruptJournal as exc:
+            if not exc.skippable:
+                raise StorageError(
+                    f"corrupt journal: {exc}. The broker will not start and guess what the "
+                    "journal meant."
+                ) from exc
             raise StorageError(
                 f"corrupt journal: {exc.segment} is damaged at offset {exc.offset}. The broker "
                 "will not start and silently lose what is after it. To start anyway, losing only "
@@ -140,6 +145,12 @@ def _log_recovery(store: JournalStore, recovery: Recovery) -> None:
         sum(recovery.messages.values()),
         f" ({counts})" if counts else "",
     )
+    if recovery.outlived:
+        log.info(
+            "journal: %d records named messages of segments deleted since (consumed; dead "
+            "with them)",
+            recovery.outlived,
+        )
     if report.torn_bytes:
         log.warning(
             "journal: cut %d bytes of a write torn by a crash (never confirmed to any client); "

@@ -149,6 +149,7 @@ class CorruptJournal(JournalError):
         )
         self.segment = segment
         self.offset = offset
+        self.skippable = skippable
 
 
 @dataclass(slots=True)
@@ -507,8 +508,12 @@ class Journal:
         self._active_fd = self._create_segment(self._next_lsn)
         self._active_base, self._end, self._written_end = self._next_lsn, _HEADER.size, _HEADER.size
 
+    def segment_path(self, base: int) -> Path:
+        """The file of the segment with base LSN `base` (whether or not it exists)."""
+        return self._directory / f"{base:020d}.log"
+
     def _create_segment(self, base: int) -> int:
-        path = self._directory / f"{base:020d}.log"
+        path = self.segment_path(base)
         fd = _open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND)
         try:
             _write_all(fd, _HEADER.pack(MAGIC, VERSION, base))
