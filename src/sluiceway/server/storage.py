@@ -22,6 +22,7 @@ from sluiceway.core.broker import Broker
 from sluiceway.core.persistence import JournalStore, Recovery
 from sluiceway.core.store import MemoryStore, MessageStore
 from sluiceway.errors import SluicewayError
+from sluiceway.store.files import OS_FILES, Files
 from sluiceway.store.journal import CorruptJournal, Journal, SyncPolicy
 from sluiceway.store.swap import SwapArea
 
@@ -54,7 +55,8 @@ class SyncNotifier:
 class Storage:
     """The broker's store, swap area and directory lock, opened and closed together."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, files: Files = OS_FILES) -> None:
+        """`files`: where the journal's files are (tests give a simulated disk)."""
         self.config = config
         self.notifier = SyncNotifier()
         self.store: MessageStore
@@ -73,6 +75,7 @@ class Storage:
             sync_delay=config.sync_delay_ms / 1000,
             on_synced=self.notifier,
             skip_corrupt=config.skip_corrupt,
+            files=files,
         )
         self.store = JournalStore(journal)
         if config.swap_threshold != 0:

@@ -42,15 +42,16 @@ first invalid record, the rest of the segment is scanned byte by byte for a vali
 A gap or overlap between the LSNs of consecutive segments is corruption. "Saved aside" means
 copied to `discarded/` and fsynced before anything is cut: recovery never deletes unsaved data.
 
-Durability: under ALWAYS and GROUP a segment is fsynced before the next segment's file is created
+Durability: under every policy a segment is fsynced before the next segment's file is created
 (the new file and the directory are fsynced too), so a later segment on disk proves every earlier
 one complete: a gap in the LSNs between segments is corruption, never the trace of a crash. Under
-OS records are never fsynced: a process crash loses nothing flushed, but after a power loss
-recovery may report damage as corruption.
+OS that is the only fsync of records: a process crash loses nothing flushed, and a power cut only
+what the operating system had not written of the newest segment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import re
@@ -64,6 +65,7 @@ from pathlib import Path
 from typing import Final, NoReturn, TypeVar
 
 from sluiceway.errors import SluicewayError
+from sluiceway.store.files import OS_FILES, Files
 
 MAGIC: Final = b"SWJ1"
 VERSION: Final = 1
@@ -91,7 +93,7 @@ class SyncPolicy(enum.Enum):
 
     ALWAYS = "always"  # every flush is fsynced before flush() returns (in the caller's thread)
     GROUP = "group"  # a background thread fsyncs; flushes made during one fsync share the next
-    OS = "os"  # never fsync records; the OS writes when it likes
+    OS = "os"  # fsync a segment only once it is full; the OS writes the rest when it likes
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,23 +169,23 @@ class _Damage:
     resume: int | None  # offset of the next valid record; None when no valid record follows
 
 
-def _open(path: Path, flags: int) -> int:
+def _open(files: Files, path: Path, flags: int) -> int:
     try:
-        return os.open(path, flags, 0o644)
+        return files.open(path, flags)
     except OSError as error:
         raise JournalError(f"cannot open {path}: {error}") from error
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    written = os.write(fd, data)
+def _write_all(files: Files, fd: int, data: bytes) -> None:
+    written = files.write(fd, data)
     while written < len(data):  # a short write: the rest, without copying it
-        written += os.write(fd, memoryview(data)[written:])
+        written += files.write(fd, memoryview(data)[written:])
 
 
-def _pread(fd: int, size: int, offset: int) -> bytes:
+def _pread(files: Files, fd: int, size: int, offset: int) -> bytes:
     """`size` bytes at `offset`, fewer only at the end of the file."""
     parts: list[bytes] = []
-    while size > 0 and (part := os.pread(fd, size, offset)):
+    while size > 0 and (part := files.pread(fd, size, offset)):
         parts.append(part)
         size, offset = size - len(part), offset + len(part)
     return b"".join(parts)
@@ -211,9 +213,10 @@ def _not_a_segment(path: Path, why: str) -> JournalError:
 class _SegmentFile:
     """One segment file, read through pread with a read-ahead buffer, validated as it goes."""
 
-    def __init__(self, fd: int, path: Path, base: int, max_record_size: int) -> None:
-        self.fd, self.path, self.base, self.max_record_size = fd, path, base, max_record_size
-        self.size = os.fstat(fd).st_size
+    def __init__(self, files: Files, fd: int, path: Path, base: int, max_record_size: int) -> None:
+        self.files, self.fd, self.path, self.base = files, fd, path, base
+        self.max_record_size = max_record_size
+        self.size = files.size(fd)
         self.end: int | None = None  # compacted segments: the end of their LSN range
         self.data_start = self.size  # no records until a complete header is read
         self._buffer, self._buffer_at = b"", 0
@@ -222,8 +225,9 @@ class _SegmentFile:
         start = offset - self._buffer_at
         if start < 0 or start + size > len(self._buffer):
             if size > _CHUNK:
-                return _pread(self.fd, size, offset)
-            self._buffer, self._buffer_at, start = _pread(self.fd, _CHUNK, offset), offset, 0
+                return _pread(self.files, self.fd, size, offset)
+            self._buffer = _pread(self.files, self.fd, _CHUNK, offset)
+            self._buffer_at, start = offset, 0
         return self._buffer[start : start + size]
 
     def read_header(self) -> None:
@@ -322,6 +326,8 @@ class Journal:
         skip_corrupt: bool = False,
         max_record_size: int = 128 * 1024 * 1024,
         sync_delay: float = 0.0,
+        files: Files = OS_FILES,
+        sync_thread: bool = True,
     ) -> None:
         if segment_size < _COMPACTED_HEADER.size + _RECORD.size:
             raise JournalError(f"segment_size {segment_size} is too small: use 41 bytes or more")
@@ -350,7 +356,9 @@ class Journal:
         self._dirty = self._stopping = False  # _dirty: written data no fsync round has taken yet
         self._wanted_lsn = 0  # the furthest LSN something waits to see durable (request_sync)
         self._syncer: threading.Thread | None = None  # fsyncs under GROUP
-        self.fsync: Callable[[int], None] = os.fsync  # the one place files are fsynced (tests
+        self._files = files
+        self._sync_thread = sync_thread  # False: under GROUP, sync_round() runs the rounds
+        self.fsync: Callable[[int], None] = files.fsync  # the one place files are fsynced (tests
         # replace it to count, slow or fail the fsyncs)
 
     # -- recovery ------------------------------------------------------------------------------
@@ -378,27 +386,26 @@ class Journal:
         self._written_lsn = self._synced_lsn = self._reported_lsn = self._next_lsn - 1
         self._open_active()
         self._blocked = None
-        if self._sync is SyncPolicy.GROUP:
+        if self._sync is SyncPolicy.GROUP and self._sync_thread:
             name = f"journal-fsync {self._directory}"
             self._syncer = threading.Thread(target=self._sync_loop, name=name, daemon=True)
             self._syncer.start()
 
     def _list_directory(self) -> list[tuple[int, Path]]:
         try:
-            self._directory.mkdir(parents=True, exist_ok=True)
-            entries = list(os.scandir(self._directory))
+            names = self._files.names(self._directory)
         except OSError as error:
             raise JournalError(
                 f"cannot open journal directory {self._directory}: {error}"
             ) from error
         found: list[tuple[int, Path]] = []
-        for entry in entries:
-            if _NAME.fullmatch(entry.name):
-                found.append((int(entry.name[:20]), Path(entry.path)))
-            elif _NAME.fullmatch(entry.name.removesuffix(_TEMP_SUFFIX)):
+        for name in names:
+            if _NAME.fullmatch(name):
+                found.append((int(name[:20]), self._directory / name))
+            elif _NAME.fullmatch(name.removesuffix(_TEMP_SUFFIX)):
                 # An interrupted compaction: "a crash at any moment leaves either the old or the
                 # new file", and this is neither; the old segment is intact.
-                os.unlink(entry.path)
+                self._unlink(self._directory / name)
         return sorted(found)
 
     def _lsn_jump(self, path: Path, expected: int, base: int) -> None:
@@ -413,9 +420,9 @@ class Journal:
 
     def _recover_segment(self, base: int, path: Path) -> Generator[Record, None, tuple[int, bool]]:
         """Yield a segment's valid records; return (the next segment's base, a tail was cut)."""
-        fd = _open(path, os.O_RDWR)
+        fd = _open(self._files, path, os.O_RDWR)
         try:
-            segment = _SegmentFile(fd, path, base, self._max_record_size)
+            segment = _SegmentFile(self._files, fd, path, base, self._max_record_size)
             segment.read_header()
             self.report.segments += 1
             end, size = base, segment.size
@@ -434,7 +441,7 @@ class Journal:
             if self._sync is not SyncPolicy.OS:
                 self._sync_fd(fd, path)  # what an earlier run under OS wrote is durable from now
         finally:
-            os.close(fd)
+            self._files.close(fd)
         self._segments[base] = _Segment(base, path, size, segment.end)
         return (end if segment.end is None else segment.end), size < segment.size
 
@@ -442,7 +449,7 @@ class Journal:
         # Rule 3: nothing valid after the damage means a torn tail, a crash during a write.
         length = segment.size - offset
         self._save_aside(segment.fd, segment.path, offset, length)
-        os.ftruncate(segment.fd, offset)
+        self._files.truncate(segment.fd, offset)
         self._sync_fd(segment.fd, segment.path)
         self.report.torn_bytes += length
         return offset
@@ -460,50 +467,70 @@ class Journal:
 
     def _discard(self, paths: list[Path]) -> None:
         for path in paths:
-            fd = _open(path, os.O_RDONLY)
+            fd = _open(self._files, path, os.O_RDONLY)
             try:
-                size = os.fstat(fd).st_size
+                size = self._files.size(fd)
                 self._save_aside(fd, path, 0, size)
             finally:
-                os.close(fd)
-            path.unlink()
+                self._files.close(fd)
+            self._unlink(path)
             self.report.torn_bytes += size
         self._sync_dir(self._directory)
 
     def _save_aside(self, fd: int, path: Path, offset: int, length: int) -> None:
         """Rule 5: copy bytes to discarded/ and fsync them before they are cut or skipped."""
         folder = self._directory / "discarded"
-        if not folder.is_dir():
-            folder.mkdir()
+        if not self._files.exists(folder):
+            self._files.make_directory(folder)
             self._sync_dir(self._directory)
         target, n = folder / f"{path.name}.{offset}.bytes", 0
-        while target.exists():
-            if _same_bytes(target, fd, offset, length):  # saved by an earlier recovery
+        while self._files.exists(target):
+            if self._same_bytes(target, fd, offset, length):  # saved by an earlier recovery
                 _add_new(self.report.saved, target)
                 return
             n += 1
             target = folder / f"{path.name}.{offset}.{n}.bytes"
-        out = _open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        out = _open(self._files, target, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             for start in range(offset, offset + length, _CHUNK):
-                _write_all(out, _pread(fd, min(_CHUNK, offset + length - start), start))
+                size = min(_CHUNK, offset + length - start)
+                _write_all(self._files, out, _pread(self._files, fd, size, start))
             self._sync_fd(out, target)
         finally:
-            os.close(out)
+            self._files.close(out)
         self._sync_dir(folder)
         _add_new(self.report.saved, target)
+
+    def _same_bytes(self, path: Path, fd: int, offset: int, length: int) -> bool:
+        """Whether the file at `path` holds exactly the `length` bytes of `fd` at `offset`."""
+        files = self._files
+        saved = _open(files, path, os.O_RDONLY)
+        try:
+            return files.size(saved) == length and all(
+                _pread(files, saved, n, start - offset) == _pread(files, fd, n, start)
+                for start in range(offset, offset + length, _CHUNK)
+                if (n := min(_CHUNK, offset + length - start))
+            )
+        finally:
+            files.close(saved)
+
+    def _unlink(self, path: Path) -> None:
+        try:
+            self._files.remove(path)
+        except OSError as error:
+            raise JournalError(f"cannot delete {path}: {error}") from error
 
     def _open_active(self) -> None:
         """Rule 6: the last segment takes the appends unless it is full (or compacted)."""
         last = next(reversed(self._segments.values()), None)
         if last is not None and last.end is None and last.size < self._segment_size:
             if last.size >= _HEADER.size:
-                self._active_fd = _open(last.path, os.O_RDWR | os.O_APPEND)
+                self._active_fd = _open(self._files, last.path, os.O_RDWR | os.O_APPEND)
                 self._active_base, self._end = last.base, last.size
                 self._written_end = self._end
                 return
             # A crash while it was created: its bytes are a prefix of the header written below.
-            last.path.unlink()
+            self._unlink(last.path)
             del self._segments[last.base]
         self._active_fd = self._create_segment(self._next_lsn)
         self._active_base, self._end, self._written_end = self._next_lsn, _HEADER.size, _HEADER.size
@@ -514,16 +541,16 @@ class Journal:
 
     def _create_segment(self, base: int) -> int:
         path = self.segment_path(base)
-        fd = _open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+        fd = _open(self._files, path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND)
         try:
-            _write_all(fd, _HEADER.pack(MAGIC, VERSION, base))
+            _write_all(self._files, fd, _HEADER.pack(MAGIC, VERSION, base))
             self._sync_fd(fd, path)
             self._sync_dir(self._directory)  # the file's existence is durable too
         except BaseException as error:
-            os.close(fd)
+            self._files.close(fd)
             if not isinstance(error, OSError):
                 raise
-            path.unlink()  # a partial header in the middle would read as a gap on recovery
+            self._unlink(path)  # a partial header in the middle would read as a gap on recovery
             raise JournalError(f"cannot create segment {path}: {error}") from error
         self._segments[base] = _Segment(base, path, _HEADER.size)
         return fd
@@ -567,7 +594,7 @@ class Journal:
             return self._written_lsn
         data, self._chunks, lsn = b"".join(self._chunks), [], self._next_lsn - 1
         try:
-            _write_all(self._active_fd, data)
+            _write_all(self._files, self._active_fd, data)
         except OSError as error:
             path = self._segments[self._active_base].path
             message = (
@@ -651,7 +678,7 @@ class Journal:
         if self._end == _HEADER.size:
             return self._active_base
         old = self._segments[self._active_base]
-        if self._sync is SyncPolicy.GROUP:  # (ALWAYS synced it in flush)
+        if self._sync is not SyncPolicy.ALWAYS:  # (which synced it in flush)
             self._sync_fd(self._active_fd, old.path)  # complete on disk before a later segment
         old.size, base = self._end, self._next_lsn
         fd = self._create_segment(base)
@@ -662,7 +689,7 @@ class Journal:
                 self._dirty = True
                 self._cond.notify()
         if self._sync is not SyncPolicy.GROUP:
-            os.close(old_fd)
+            self._files.close(old_fd)
         self._active_base, self._end, self._written_end = base, _HEADER.size, _HEADER.size
         return base
 
@@ -694,7 +721,7 @@ class Journal:
 
     def _remove(self, segment: _Segment) -> None:
         try:
-            segment.path.unlink()
+            self._files.remove(segment.path)
         except OSError as error:
             raise JournalError(f"cannot delete segment {segment.path}: {error}") from error
         del self._segments[segment.base]
@@ -709,18 +736,19 @@ class Journal:
         bases = list(self._segments)
         end = bases[bases.index(base_lsn) + 1]
         temp = segment.path.with_name(segment.path.name + _TEMP_SUFFIX)
-        fd = _open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        fd = _open(self._files, temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             positions, size = self._copy_kept(segment, end, keep, fd)
             self._sync_fd(fd, temp)
         except BaseException as error:
-            os.close(fd)
-            temp.unlink(missing_ok=True)
+            self._files.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                self._files.remove(temp)
             if isinstance(error, OSError):  # the segment is untouched: free space and retry
                 raise JournalError(f"cannot compact {segment.path}: {error}") from error
             raise
-        os.close(fd)
-        os.replace(temp, segment.path)
+        self._files.close(fd)
+        self._files.replace(temp, segment.path)
         self._sync_dir(self._directory)
         segment.size, segment.end = size, end
         return positions
@@ -739,9 +767,9 @@ class Journal:
                 chunks += (_LEN_CRC.pack(len(payload), _crc(tail, payload)), tail, payload)
                 size, pending = size + _RECORD.size + len(payload), pending + len(payload)
             if pending >= _CHUNK:
-                _write_all(out, b"".join(chunks))
+                _write_all(self._files, out, b"".join(chunks))
                 chunks, pending = [], 0
-        _write_all(out, b"".join(chunks))
+        _write_all(self._files, out, b"".join(chunks))
         return positions, size
 
     def scan(self) -> Iterator[Record]:
@@ -752,9 +780,11 @@ class Journal:
             yield from self._segment_records(segment)
 
     def _segment_records(self, segment: _Segment) -> Iterator[Record]:
-        fd = _open(segment.path, os.O_RDONLY)
+        fd = _open(self._files, segment.path, os.O_RDONLY)
         try:
-            reader = _SegmentFile(fd, segment.path, segment.base, self._max_record_size)
+            reader = _SegmentFile(
+                self._files, fd, segment.path, segment.base, self._max_record_size
+            )
             reader.read_header()
             for item in reader.records(segment.base - 1):
                 if isinstance(item, _Damage):
@@ -762,7 +792,7 @@ class Journal:
                 else:
                     yield item
         finally:
-            os.close(fd)
+            self._files.close(fd)
 
     def _non_active(self, base: int) -> _Segment:
         if self._blocked is not None:
@@ -786,17 +816,18 @@ class Journal:
             raise JournalError(f"no segment has base LSN {base}: it was deleted")
         if base == self._active_base and offset >= self._written_end:
             raise JournalError(f"record {position.lsn} is not flushed yet; flush() before reading")
-        fd = self._active_fd if base == self._active_base else _open(segment.path, os.O_RDONLY)
+        active = base == self._active_base
+        fd = self._active_fd if active else _open(self._files, segment.path, os.O_RDONLY)
         try:
-            header = _pread(fd, _RECORD.size, offset)
+            header = _pread(self._files, fd, _RECORD.size, offset)
             length, crc, lsn, kind = _RECORD.unpack(header.ljust(_RECORD.size, b"\0"))
             if lsn == position.lsn and length <= self._max_record_size:
-                payload = _pread(fd, length, offset + _RECORD.size)
+                payload = _pread(self._files, fd, length, offset + _RECORD.size)
                 if len(payload) == length and _crc(header[_LEN_CRC.size :], payload) == crc:
                     return Record(position, kind, payload)
         finally:
             if fd != self._active_fd:
-                os.close(fd)
+                self._files.close(fd)
         raise JournalError(
             f"no valid record {position.lsn} at offset {offset} of {segment.path}: the bytes are"
             " damaged, or the segment was rewritten since (use the positions rewrite returned)"
@@ -811,11 +842,11 @@ class Journal:
             raise self._fail(_fsync_failed(path, error), error) from error
 
     def _sync_dir(self, path: Path) -> None:
-        fd = _open(path, os.O_RDONLY)
+        fd = _open(self._files, path, os.O_RDONLY)
         try:
             self._sync_fd(fd, path)
         finally:
-            os.close(fd)
+            self._files.close(fd)
 
     def _fail(self, message: str, cause: BaseException) -> JournalError:
         """Refuse every later operation: "never continue silently after a failed fsync"."""
@@ -844,6 +875,17 @@ class Journal:
                 target, retired, active = self._written_lsn, list(self._retired), self._active_fd
             if not self._sync_round(target, retired, active):
                 return
+
+    def sync_round(self) -> bool:
+        """Under GROUP without its thread (`sync_thread=False`, for tests that decide when the
+        disk syncs): run one round now, as the thread would. False when nothing was written
+        since the last round, or the round failed (the journal then refuses everything)."""
+        with self._cond:
+            if self._syncer is not None or not self._dirty or self._failed:
+                return False
+            self._dirty = False
+            target, retired, active = self._written_lsn, list(self._retired), self._active_fd
+        return self._sync_round(target, retired, active)
 
     def _wait_for_round(self) -> None:
         """Return (holding _cond) when a round is due or the journal stops."""
@@ -874,7 +916,7 @@ class Journal:
         # find synced_lsn at least as far as the LSN it was told about.
         with self._cond:
             for fd in retired:
-                os.close(fd)
+                self._files.close(fd)
             del self._retired[: len(retired)]
             self._synced_lsn = max(self._synced_lsn, target)
             self._cond.notify_all()
@@ -898,6 +940,7 @@ class Journal:
         try:
             if self._blocked is None:
                 self.flush()
+                self.sync_round()  # (without the GROUP thread; otherwise it runs the last round)
         finally:
             stopped = self._stop_thread()
             with self._cond:
@@ -905,7 +948,7 @@ class Journal:
             if stopped:  # otherwise the thread may still use the files
                 for fd in (*self._retired, self._active_fd):
                     if fd >= 0:
-                        os.close(fd)
+                        self._files.close(fd)
                 self._retired, self._active_fd = [], -1
         if not stopped:
             raise JournalError(
@@ -922,18 +965,6 @@ class Journal:
             self._cond.notify_all()
         self._syncer.join(_JOIN_TIMEOUT)
         return not self._syncer.is_alive()
-
-
-def _same_bytes(path: Path, fd: int, offset: int, length: int) -> bool:
-    """Whether the file at `path` holds exactly the `length` bytes of `fd` at `offset`."""
-    if path.stat().st_size != length:
-        return False
-    with path.open("rb") as saved:
-        return all(
-            saved.read(n) == _pread(fd, n, start)
-            for start in range(offset, offset + length, _CHUNK)
-            if (n := min(_CHUNK, offset + length - start))
-        )
 
 
 def _add_new(items: list[_T], item: _T) -> None:
