@@ -237,16 +237,9 @@ def test_corrupt_record_in_the_middle_stops_start_up_until_told_to_skip(tmp_path
     middle = len(content) // 2
     content[middle] ^= 0xFF
     segment.write_bytes(bytes(content))
-    result = subprocess.run(
-        [sys.executable, "-m", "sluiceway", "broker", "--port", "0", "--data-dir", str(data)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 1
-    assert segment.name in result.stderr
-    assert "imq.persist.file.skip_corrupt" in result.stderr
+    printed = start_failing(data)
+    assert segment.name in printed
+    assert "imq.persist.file.skip_corrupt" in printed
     with BrokerProcess("-D", "imq.persist.file.skip_corrupt=true", data_dir=str(data)) as broker:
         remaining = drain(broker.port, "/queue/damaged")
         assert 40 <= len(remaining) < 50  # the damaged record's message is lost, not the rest
@@ -266,7 +259,48 @@ def test_torn_tail_is_cut_and_saved(tmp_path: Path) -> None:
     with BrokerProcess(data_dir=str(data)) as broker:
         assert drain(broker.port, "/queue/torn") == [(b"whole", "false")]
         _, log = broker.stop()
-    assert "torn" in log
+    assert "a record cut short by a crash while it was being written" in log
+    assert "never confirmed to any client" in log
+
+
+def start_failing(data: Path) -> str:
+    """Start a broker on `data` that must refuse to start: what it printed."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sluiceway", "broker", "--port", "0", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    return result.stderr
+
+
+def test_a_damaged_confirmed_last_record_is_reported_with_what_it_held(tmp_path: Path) -> None:
+    """A flipped bit in the journal's last record, which a RECEIPT had confirmed: the broker
+    says so, with the message it held, instead of cutting it as a write a crash interrupted."""
+    data = tmp_path / "data"
+    with BrokerProcess(data_dir=str(data)) as broker:
+        raw = client(broker.port)
+        send(raw, "/queue/rot", b"first", persistent="true")
+        send(raw, "/queue/rot", b"confirmed, then damaged", persistent="true")
+        status, _ = broker.stop()
+        assert status == 0
+    (segment,) = sorted((data / "journal").glob("*.log"))
+    content = bytearray(segment.read_bytes())
+    content[-3] ^= 0x01  # in the last message's body
+    segment.write_bytes(bytes(content))
+    printed = start_failing(data)
+    assert segment.name in printed
+    assert "may have been confirmed to a client" in printed
+    assert "It held ADD, a persistent message: lost" in printed
+    assert "to /queue/rot" in printed
+    with BrokerProcess("-D", "imq.persist.file.skip_corrupt=true", data_dir=str(data)) as broker:
+        assert drain(broker.port, "/queue/rot") == [(b"first", "false")]
+        _, log = broker.stop()
+    assert "was damaged on disk after it was written" in log
+    assert "lost: ADD, a persistent message: lost" in log
+    assert "never confirmed" not in log
 
 
 def test_disk_use_follows_the_live_messages(tmp_path: Path) -> None:

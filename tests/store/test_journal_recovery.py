@@ -164,31 +164,30 @@ def test_damage_in_the_middle_raises_or_is_skipped(
     assert len(list((tmp_path / "discarded").iterdir())) == 1
 
 
-def test_torn_tail_in_an_earlier_segment(tmp_path: Path, journals: Journals) -> None:
+def test_a_cut_tail_in_an_earlier_segment_is_damage(tmp_path: Path, journals: Journals) -> None:
+    """A segment is fsynced before the next one is created, so a later segment proves it was
+    complete: an end cut short there is damage, and the later segments hold confirmed records."""
     records = write_journal(tmp_path, journals, [b"x" * 40 for _ in range(12)])
     bases = sorted({r.position.segment for r in records})
     assert len(bases) >= 3
     first = [r for r in records if r.position.segment == bases[0]]
-    cut = first[-1].position.offset + 5  # the last record of the first segment is torn
+    cut = first[-1].position.offset + 5  # the last record of the first segment is cut short
     first_path = segment_path(tmp_path, bases[0])
     cut_bytes = first_path.read_bytes()[first[-1].position.offset : cut]
-    later = {base: segment_path(tmp_path, base).read_bytes() for base in bases[1:]}
     os.truncate(first_path, cut)
 
-    journal, recovered = journals.open(tmp_path)
-    assert recovered == first[:-1]
+    with pytest.raises(CorruptJournal, match="a later segment exists") as caught:
+        journals.open(tmp_path)
+    assert (caught.value.segment, caught.value.offset) == (first_path, first[-1].position.offset)
+    journal, recovered = journals.open(tmp_path, skip_corrupt=True)
+    assert recovered == [r for r in records if r != first[-1]]  # only the damaged one is lost
     discarded = tmp_path / "discarded"
     assert (discarded / f"{first_path.name}.{first[-1].position.offset}.bytes").read_bytes() == (
         cut_bytes
     )
-    for base, content in later.items():
-        # later segments hold only records never made durable: saved whole, then removed
-        assert (discarded / f"{base:020d}.log.0.bytes").read_bytes() == content
-        assert not segment_path(tmp_path, base).exists()
-    assert journal.report.torn_bytes == len(cut_bytes) + sum(map(len, later.values()))
-    assert len(journal.report.saved) == 1 + len(later)
-    assert [(s.base_lsn, s.active) for s in journal.segments()] == [(bases[0], True)]
-    assert journal.append(0, b"next").lsn == first[-1].position.lsn
+    assert journal.report.torn_bytes == 0
+    lost = first[-1].position.lsn
+    assert journal.report.lsn_gaps == [(lost - 1, lost + 1)]
 
 
 def test_missing_segment_is_a_gap(tmp_path: Path, journals: Journals) -> None:
@@ -277,6 +276,8 @@ def test_segment_created_during_a_crash(tmp_path: Path, journals: Journals, writ
     journal, recovered = journals.open(tmp_path)
     assert recovered == records
     assert journal.report.torn_bytes == 0
+    cut = [(segment_path(tmp_path, 2), written)] if written < 16 else []
+    assert journal.report.headers_cut == cut  # reported, not accepted silently
     assert journal.append(0, b"r") == Position(2, 2, 16)
     journal.close()
     _, recovered = journals.open(tmp_path)
@@ -299,3 +300,74 @@ def test_damaged_compacted_segment_is_never_a_torn_tail(tmp_path: Path, journals
         r.position.lsn for r in records if r.position.lsn != lost
     ]
     assert len(journal.report.skipped) == 1
+
+
+def test_an_earlier_segment_cut_inside_its_header_is_damage(
+    tmp_path: Path, journals: Journals
+) -> None:
+    records = write_journal(tmp_path, journals, [b"h" * 40 for _ in range(12)])
+    bases = sorted({r.position.segment for r in records})
+    os.truncate(segment_path(tmp_path, bases[1]), 10)
+    header_cut = r"ends inside its 16-byte header \(10 bytes\)"
+    with pytest.raises(CorruptJournal, match=header_cut) as caught:
+        journals.open(tmp_path)
+    assert caught.value.segment == segment_path(tmp_path, bases[1])
+    journal, recovered = journals.open(tmp_path, skip_corrupt=True)
+    assert [r for r in records if r.position.segment != bases[1]] == recovered
+    assert journal.report.lsn_gaps == [(bases[1] - 1, bases[2])]
+
+
+@pytest.mark.parametrize("where", ["payload", "length", "lsn", "type", "crc"])
+def test_a_damaged_last_record_is_not_taken_for_a_write_cut_short(
+    tmp_path: Path, journals: Journals, where: str
+) -> None:
+    """A flipped bit in the journal's last record, which may have been confirmed: reported as
+    damage (what it held included), never cut as a write a crash interrupted."""
+    records = write_journal(tmp_path, journals, [b"record %d" % i for i in range(5)])
+    last = records[-1]
+    path = segment_path(tmp_path, last.position.segment)
+    offset = {"payload": 20, "length": 0, "lsn": 9, "type": 16, "crc": 5}[where]
+    flip(path, last.position.offset + offset)
+    cut = path.read_bytes()[last.position.offset :]
+    with pytest.raises(CorruptJournal, match="may have been confirmed") as caught:
+        journals.open(tmp_path)
+    damaged = caught.value.damaged
+    assert damaged is not None
+    assert (damaged.segment, damaged.offset) == (path, last.position.offset)
+    if where not in ("lsn", "type"):
+        assert (damaged.lsn, damaged.type) == (last.position.lsn, last.type)
+    journal, recovered = journals.open(tmp_path, skip_corrupt=True)
+    assert recovered == records[:-1]
+    assert journal.report.damaged == [damaged]
+    assert journal.report.torn == []
+    assert journal.report.torn_bytes == 0
+    [saved] = journal.report.saved
+    assert saved.read_bytes() == cut
+    assert journal.append(0, b"next").lsn == last.position.lsn
+
+
+def test_a_write_cut_short_is_reported_as_such(tmp_path: Path, journals: Journals) -> None:
+    records = write_journal(tmp_path, journals, [b"whole", b"cut short here"])
+    path = segment_path(tmp_path, 1)
+    end = record_end(records[-1])
+    os.truncate(path, end - 4)
+    journal, recovered = journals.open(tmp_path)
+    assert recovered == records[:-1]
+    assert journal.report.torn == [(path, records[-1].position.offset, 17 + 14 - 4)]
+    assert journal.report.damaged == []
+
+
+def test_zeros_where_a_record_was_written_are_a_power_cut_not_damage(
+    tmp_path: Path, journals: Journals
+) -> None:
+    """The file's new size reached the disk and the data of its last pages did not: whole
+    pages of zeros inside a record of the right length."""
+    records = write_journal(tmp_path, journals, [b"first", b"z" * 9000])
+    path = segment_path(tmp_path, 1)
+    data = bytearray(path.read_bytes())
+    data[8192:] = bytes(len(data) - 8192)
+    path.write_bytes(bytes(data))
+    journal, recovered = journals.open(tmp_path)
+    assert recovered == records[:1]
+    assert journal.report.damaged == []
+    assert journal.report.torn_bytes == len(data) - records[1].position.offset

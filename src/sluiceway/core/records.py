@@ -339,3 +339,39 @@ def decode_snapshot(data: bytes) -> tuple[list[tuple[DestinationName, int]], lis
     durables = [decode_durable(reader.blob()) for _ in range(reader.u32())]
     reader.done()
     return seqs, durables
+
+
+# -- reporting damage -------------------------------------------------------------------------
+
+_LOST: Final = {
+    RecordType.ADD: "a persistent message: lost",
+    RecordType.REMOVE: "the consumption of a message: it may be delivered again",
+    RecordType.REMOVE_RUN: "the consumption of messages: they may be delivered again",
+    RecordType.DELIVERED: "a delivery: the message may come back without redelivered:true",
+    RecordType.DELIVERED_RUN: "deliveries: the messages may come back without redelivered:true",
+    RecordType.DURABLE_ACK: "a durable subscription's acknowledgement: it may be delivered again",
+    RecordType.TX: "the start of a transaction: it is void",
+    RecordType.STAGE_ADD: "a staged message: lost from its stage",
+    RecordType.STAGE_COMMIT: "a stage COMMIT: its stages are back to open",
+}
+
+
+def describe_damaged(kind: int, payload: bytes) -> str:
+    """What a damaged record held, for recovery's report: its meaning by type, and for a message
+    what its bytes still say (they are damaged, so that part is a guess)."""
+    try:
+        record_type = RecordType(kind)
+    except ValueError:
+        return f"a record of unknown type {kind}"
+    meaning = _LOST.get(record_type, "broker state, restated at the start of every segment")
+    if record_type is RecordType.ADD:
+        try:
+            message = decode_message(payload)
+        except (ValueError, struct.error):
+            meaning += " (its bytes are too damaged to tell which)"
+        else:
+            meaning += (
+                f" (its damaged bytes read: id {message.id!r} to {message.destination.path}, "
+                f"{len(message.body)} body bytes)"
+            )
+    return f"{record_type.name}, {meaning}"

@@ -20,10 +20,17 @@ from typing import IO
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.core.persistence import JournalStore, Recovery
+from sluiceway.core.records import describe_damaged
 from sluiceway.core.store import MemoryStore, MessageStore
 from sluiceway.errors import SluicewayError
 from sluiceway.store.files import OS_FILES, Files
-from sluiceway.store.journal import CorruptJournal, Journal, SyncPolicy
+from sluiceway.store.journal import (
+    SEGMENT_HEADER_SIZE,
+    CorruptJournal,
+    Journal,
+    RecoveryReport,
+    SyncPolicy,
+)
 from sluiceway.store.swap import SwapArea
 
 log = logging.getLogger(__name__)
@@ -115,6 +122,14 @@ class Storage:
                     f"corrupt journal: {exc}. The broker will not start and guess what the "
                     "journal meant."
                 ) from exc
+            if exc.damaged is not None:
+                lost = describe_damaged(exc.damaged.type, exc.damaged.payload)
+                raise StorageError(
+                    f"corrupt journal: {exc}. It held {lost}. The broker will not start and "
+                    "silently lose it. To start anyway, losing only that record, set -D "
+                    "imq.persist.file.skip_corrupt=true (its bytes are saved under "
+                    "journal/discarded first)."
+                ) from exc
             raise StorageError(
                 f"corrupt journal: {exc.segment} is damaged at offset {exc.offset}. The broker "
                 "will not start and silently lose what is after it. To start anyway, losing only "
@@ -154,22 +169,59 @@ def _log_recovery(store: JournalStore, recovery: Recovery) -> None:
             "with them)",
             recovery.outlived,
         )
-    if report.torn_bytes:
-        log.warning(
-            "journal: cut %d bytes of a write torn by a crash (never confirmed to any client); "
-            "saved in %s",
-            report.torn_bytes,
-            ", ".join(str(p) for p in report.saved),
-        )
-    for segment, offset, length in report.skipped:
-        log.error(
-            "journal: skipped %d corrupt bytes at offset %d of %s "
-            "(imq.persist.file.skip_corrupt); the messages they held are lost",
-            length,
-            offset,
-            segment,
-        )
+    _log_damage(report)
     if recovery.discarded_tx:
         log.info("journal: discarded a transaction whose commit was cut by a crash")
     if recovery.durables:
         log.info("journal: recovered %d durable subscriptions", len(recovery.durables))
+
+
+def _log_damage(report: RecoveryReport) -> None:
+    """What recovery cut or skipped, and what each cut means for what clients were told."""
+    for segment, length in report.headers_cut:
+        log.warning(
+            "journal: segment %s ended inside its %d-byte header (%d bytes): a crash came while "
+            "it was being created, before it held any record; removed",
+            segment,
+            SEGMENT_HEADER_SIZE,
+            length,
+        )
+    for segment, offset, length in report.torn:
+        log.warning(
+            "journal: cut %d bytes at offset %d of %s: a record cut short by a crash while it "
+            "was being written. It was never confirmed to any client (a RECEIPT waits until its "
+            "records are on disk), unless the broker ran with imq.persist.file.sync.policy=os "
+            "and the machine lost power. The bytes are saved under journal/discarded",
+            length,
+            offset,
+            segment,
+        )
+    damaged = {(record.segment, record.offset) for record in report.damaged}
+    for record in report.damaged:
+        log.error(
+            "journal: record %d at offset %d of %s was damaged on disk after it was written (its "
+            "bytes are all there, its checksum fails), and it may have been confirmed to a "
+            "client; lost: %s. Started anyway (imq.persist.file.skip_corrupt); the bytes are "
+            "saved under journal/discarded",
+            record.lsn,
+            record.offset,
+            record.segment,
+            describe_damaged(record.type, record.payload),
+        )
+    for segment, offset, length in report.skipped:
+        if (segment, offset) not in damaged:
+            log.error(
+                "journal: skipped %d corrupt bytes at offset %d of %s "
+                "(imq.persist.file.skip_corrupt); the messages they held are lost",
+                length,
+                offset,
+                segment,
+            )
+    for before, after in report.lsn_gaps:
+        if after - before > 1:
+            log.error(
+                "journal: records %d to %d are missing (skipped as damaged, or in a lost "
+                "segment); what they held is lost",
+                before + 1,
+                after - 1,
+            )

@@ -35,12 +35,19 @@ first invalid record, the rest of the segment is scanned byte by byte for a vali
 
 - one is found: damage in the middle, raised as CorruptJournal unless skip_corrupt, which saves the
   damaged bytes aside, reports them and goes on from that record;
-- none: a torn tail (a crash during a write). The bytes are saved aside, the segment truncated,
-  and any later segment (never durable either) saved aside whole and removed. A compacted segment
-  was fsynced whole before it replaced the old one, so damage there is always corruption.
+- none, in the last segment: the end of the journal. A record cut short (its header or payload
+  runs past the end of the file, or is zeros) is a write a crash interrupted, never fsynced and
+  so never confirmed: the bytes are saved aside and the segment truncated (a "torn tail"). A
+  record whose bytes are all there but fail their checksum was damaged after it was written and
+  may have been confirmed: CorruptJournal, unless skip_corrupt (saved aside, cut, reported as a
+  DamagedRecord);
+- none, in a segment that was complete on disk (a compacted one, fsynced whole before it replaced
+  the old one, or one with a later segment after it): corruption, as in the middle.
 
-A gap or overlap between the LSNs of consecutive segments is corruption. "Saved aside" means
-copied to `discarded/` and fsynced before anything is cut: recovery never deletes unsaved data.
+A last segment that ends inside its header was being created when a crash came: it held no
+record, is reported and removed. Any other segment that ends inside its header, and a gap or an
+overlap between the LSNs of consecutive segments, is corruption. "Saved aside" means copied to
+`discarded/` and fsynced before anything is cut: recovery never deletes unsaved data.
 
 Durability: under every policy a segment is fsynced before the next segment's file is created
 (the new file and the directory are fsynced too), so a later segment on disk proves every earlier
@@ -79,12 +86,14 @@ _LSN_TYPE: Final = struct.Struct("<QB")  # its last 9, which the CRC covers
 _U64: Final = struct.Struct("<Q")
 assert (_HEADER.size, _COMPACTED_HEADER.size, _RECORD.size, _U64.size) == (16, 24, 17, 8)
 assert _LEN_CRC.size + _LSN_TYPE.size == _RECORD.size
+SEGMENT_HEADER_SIZE: Final = _HEADER.size  # bytes of a (not compacted) segment's header
 
 _NAME: Final = re.compile(r"[0-9]{20}\.log")
 _TEMP_SUFFIX: Final = ".compact"
 _CHUNK: Final = 1 << 20  # bytes per read while recovering, and per write while compacting
 _JOIN_TIMEOUT: Final = 30.0  # seconds close() waits for the fsync thread's last round
 _NONZERO: Final = re.compile(rb"[^\x00]")
+_PAGE: Final = 4096  # bytes: the unit in which a file's data reaches the disk
 _T = TypeVar("_T")
 
 
@@ -118,16 +127,36 @@ class SegmentInfo:
     active: bool  # the segment appends go to
 
 
+@dataclass(frozen=True, slots=True)
+class DamagedRecord:
+    """A record whose bytes are all on disk but fail their checksum: damaged after it was
+    written (a write cut short by a crash leaves a record incomplete instead). It may have been
+    confirmed to a client. Its header and payload are as read, so any decoding is a guess."""
+
+    segment: Path
+    offset: int
+    lsn: int
+    type: int
+    payload: bytes
+
+
 @dataclass
 class RecoveryReport:
     """What `Journal.recover()` found and did."""
 
     segments: int = 0  # segment files read
     records: int = 0  # valid records yielded
-    torn_bytes: int = 0  # bytes cut from a torn tail, and in later segments removed with it
+    torn_bytes: int = 0  # bytes of records cut short by a crash, cut from the end of the journal
+    # (segment, offset, length) of each such cut
+    torn: list[tuple[Path, int, int]] = field(default_factory=list)
     saved: list[Path] = field(default_factory=list)  # where cut or skipped bytes were saved
     # (segment, offset, length) of corrupt regions skipped under skip_corrupt
     skipped: list[tuple[Path, int, int]] = field(default_factory=list)
+    # Complete records that fail their checksum, skipped under skip_corrupt (each also in skipped)
+    damaged: list[DamagedRecord] = field(default_factory=list)
+    # (segment, bytes) of a last segment that ended inside its header: a crash while it was
+    # created, before it held any record (it is removed)
+    headers_cut: list[tuple[Path, int]] = field(default_factory=list)
     # (last LSN before, first LSN after) where LSNs jump past skipped damage or a missing segment
     lsn_gaps: list[tuple[int, int]] = field(default_factory=list)
 
@@ -139,7 +168,15 @@ class JournalError(SluicewayError):
 class CorruptJournal(JournalError):
     """A segment holds damage that is not a torn tail, at `offset` in the file `segment`."""
 
-    def __init__(self, segment: Path, offset: int, problem: str, *, skippable: bool = True):
+    def __init__(
+        self,
+        segment: Path,
+        offset: int,
+        problem: str,
+        *,
+        skippable: bool = True,
+        damaged: DamagedRecord | None = None,
+    ):
         hint = (
             "to recover the records after it, open the journal with skip_corrupt (the damaged"
             " bytes are saved in discarded/ first)"
@@ -152,6 +189,7 @@ class CorruptJournal(JournalError):
         self.segment = segment
         self.offset = offset
         self.skippable = skippable
+        self.damaged = damaged  # the complete record that fails its checksum, if that is it
 
 
 @dataclass(slots=True)
@@ -219,6 +257,7 @@ class _SegmentFile:
         self.size = files.size(fd)
         self.end: int | None = None  # compacted segments: the end of their LSN range
         self.data_start = self.size  # no records until a complete header is read
+        self.header_cut: int | None = None  # bytes, when the file ends inside its header
         self._buffer, self._buffer_at = b"", 0
 
     def get(self, offset: int, size: int) -> bytes:
@@ -236,6 +275,7 @@ class _SegmentFile:
             # "A segment too short for its header is fine": a crash while it was created.
             if not _HEADER.pack(MAGIC, VERSION, self.base).startswith(head):
                 raise _not_a_segment(self.path, "too short for a header, and not the start of one")
+            self.header_cut = len(head)
             return
         magic, version, base = _HEADER.unpack_from(head)
         if magic != MAGIC or version not in (VERSION, COMPACTED_VERSION):
@@ -288,6 +328,28 @@ class _SegmentFile:
         if _crc(header[_LEN_CRC.size :], payload) != crc:
             return None
         return Record(Position(lsn, self.base, offset), kind, payload)
+
+    def complete(self, offset: int, last: int) -> DamagedRecord | None:
+        """The invalid record at `offset`, the last the file holds, if its bytes were all
+        written, or None if a crash cut its write short. A crash leaves the bytes of a record
+        correct up to where the write stopped, then nothing, or zeros where the file's new size
+        reached the disk and its data did not (whole pages of them). So a record is complete
+        when its header is there, not zeros, and either its payload fits in the file (its LSN
+        the next one, or its length reaching the file's end exactly) or its checksum matches
+        the bytes to the end of the file (its length field was damaged)."""
+        tail = self.get(offset, self.size - offset)
+        if len(tail) < _RECORD.size or not _NONZERO.search(tail):
+            return None
+        length, crc, lsn, kind = _RECORD.unpack_from(tail)
+        body = memoryview(tail)[_RECORD.size :]
+        fits = length <= len(body) and length <= self.max_record_size
+        if fits and (lsn == last + 1 or length == len(body)):
+            if _zero_pages_at_end(offset, tail[: _RECORD.size + length]):
+                return None
+            return DamagedRecord(self.path, offset, lsn, kind, bytes(body[:length]))
+        if zlib.crc32(body, zlib.crc32(tail[_LEN_CRC.size : _RECORD.size])) == crc:
+            return DamagedRecord(self.path, offset, lsn, kind, bytes(body))
+        return None
 
     def _find(self, damaged: int, last: int) -> int | None:
         """Rule 3: scan byte by byte for a valid record after the invalid one at `damaged`."""
@@ -376,12 +438,7 @@ class Journal:
         for index, (base, path) in enumerate(found):
             if expected is not None and base != expected:
                 self._lsn_jump(path, expected, base)
-            expected, torn = yield from self._recover_segment(base, path)
-            if torn and index + 1 < len(found):
-                # Rule 3: older segments are synced first, so what follows a torn tail was never
-                # durable either.
-                self._discard([later for _base, later in found[index + 1 :]])
-                break
+            expected = yield from self._recover_segment(base, path, last=index + 1 == len(found))
         self._next_lsn = 1 if expected is None else expected
         self._written_lsn = self._synced_lsn = self._reported_lsn = self._next_lsn - 1
         self._open_active()
@@ -418,18 +475,23 @@ class Journal:
             raise CorruptJournal(path, 0, problem)
         self.report.lsn_gaps.append((expected - 1, base))
 
-    def _recover_segment(self, base: int, path: Path) -> Generator[Record, None, tuple[int, bool]]:
-        """Yield a segment's valid records; return (the next segment's base, a tail was cut)."""
+    def _recover_segment(
+        self, base: int, path: Path, *, last: bool
+    ) -> Generator[Record, None, int]:
+        """Yield a segment's valid records; return the next segment's base. `last`: no later
+        segment exists (one that does proves this one complete on disk: it was fsynced first)."""
         fd = _open(self._files, path, os.O_RDWR)
         try:
             segment = _SegmentFile(self._files, fd, path, base, self._max_record_size)
             segment.read_header()
             self.report.segments += 1
+            if segment.header_cut is not None:
+                self._header_cut(segment, last=last)
             end, size = base, segment.size
             for item in segment.records(base - 1):
                 if isinstance(item, _Damage):
-                    if item.resume is None and segment.end is None:
-                        size = self._cut_tail(segment, item.offset)
+                    if item.resume is None and segment.end is None and last:
+                        size = self._cut_tail(segment, item.offset, end - 1)
                         break
                     self._skip(segment, item)
                     continue
@@ -443,39 +505,59 @@ class Journal:
         finally:
             self._files.close(fd)
         self._segments[base] = _Segment(base, path, size, segment.end)
-        return (end if segment.end is None else segment.end), size < segment.size
+        return end if segment.end is None else segment.end
 
-    def _cut_tail(self, segment: _SegmentFile, offset: int) -> int:
-        # Rule 3: nothing valid after the damage means a torn tail, a crash during a write.
+    def _header_cut(self, segment: _SegmentFile, *, last: bool) -> None:
+        """The file ends inside its header: a crash while it was created, if it is the last."""
+        if last:
+            self.report.headers_cut.append((segment.path, segment.size))
+            return
+        problem = (
+            f"it ends inside its {_HEADER.size}-byte header ({segment.size} bytes), yet a later "
+            "segment exists, so it was complete on disk once: whatever it held is lost"
+        )
+        if not self._skip_corrupt:
+            raise CorruptJournal(segment.path, 0, problem)
+        _add_new(self.report.skipped, (segment.path, 0, segment.size))
+
+    def _cut_tail(self, segment: _SegmentFile, offset: int, last_lsn: int) -> int:
+        """Rule 3: nothing valid after the damage at the end of the journal. A record cut short
+        is a write a crash interrupted: cut. A complete record failing its checksum is damage
+        to a record that may have been confirmed: refused unless skip_corrupt."""
         length = segment.size - offset
+        damaged = segment.complete(offset, last_lsn)
+        if damaged is not None:
+            if not self._skip_corrupt:
+                what = f"its last record (LSN {damaged.lsn}, type {damaged.type}, "
+                if len(damaged.payload) > self._max_record_size:
+                    what += f"{len(damaged.payload)} bytes) is larger than max_record_size"
+                    raise CorruptJournal(segment.path, offset, what, skippable=False)
+                problem = what + (
+                    f"{len(damaged.payload)} bytes) is complete but fails its checksum: the disk "
+                    "damaged it after it was written, and it may have been confirmed to a client"
+                )
+                raise CorruptJournal(segment.path, offset, problem, damaged=damaged)
+            self.report.damaged.append(damaged)
+            _add_new(self.report.skipped, (segment.path, offset, length))
         self._save_aside(segment.fd, segment.path, offset, length)
         self._files.truncate(segment.fd, offset)
         self._sync_fd(segment.fd, segment.path)
-        self.report.torn_bytes += length
+        if damaged is None:
+            self.report.torn_bytes += length
+            self.report.torn.append((segment.path, offset, length))
         return offset
 
     def _skip(self, segment: _SegmentFile, damage: _Damage) -> None:
         if not self._skip_corrupt:
             after = (
-                "nothing valid follows, yet this compacted segment was fully synced when written"
+                "nothing valid follows, yet the segment was complete on disk (it was compacted, "
+                "or a later segment exists)"
                 if damage.resume is None
                 else f"a valid record follows at offset {damage.resume}"
             )
             raise CorruptJournal(segment.path, damage.offset, f"an invalid record, and {after}")
         self._save_aside(segment.fd, segment.path, damage.offset, damage.length)
         _add_new(self.report.skipped, (segment.path, damage.offset, damage.length))
-
-    def _discard(self, paths: list[Path]) -> None:
-        for path in paths:
-            fd = _open(self._files, path, os.O_RDONLY)
-            try:
-                size = self._files.size(fd)
-                self._save_aside(fd, path, 0, size)
-            finally:
-                self._files.close(fd)
-            self._unlink(path)
-            self.report.torn_bytes += size
-        self._sync_dir(self._directory)
 
     def _save_aside(self, fd: int, path: Path, offset: int, length: int) -> None:
         """Rule 5: copy bytes to discarded/ and fsync them before they are cut or skipped."""
@@ -965,6 +1047,16 @@ class Journal:
             self._cond.notify_all()
         self._syncer.join(_JOIN_TIMEOUT)
         return not self._syncer.is_alive()
+
+
+def _zero_pages_at_end(offset: int, data: bytes) -> bool:
+    """Whether `data`, at `offset` in its file, ends with zeros from a page boundary on."""
+    nonzero = _NONZERO.search(data[::-1])
+    if nonzero is None:
+        return True
+    zeros_from = offset + len(data) - nonzero.start()
+    boundary = -(-zeros_from // _PAGE) * _PAGE
+    return boundary < offset + len(data)
 
 
 def _add_new(items: list[_T], item: _T) -> None:
