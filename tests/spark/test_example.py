@@ -14,6 +14,8 @@ from tests.spark.conftest import java_problem, spark_environment
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "orders_pipeline.py"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(360)  # a whole Spark application; the run below is bounded at 300 s
 def test_the_orders_example_runs_end_to_end() -> None:
     problem = java_problem()
     if problem is not None:
