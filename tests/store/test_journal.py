@@ -239,6 +239,36 @@ def test_record_type_out_of_range(tmp_path: Path, journals: Journals) -> None:
     assert journal.append(255, b"").lsn == 1
 
 
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ((1, b"x" * 11), "11 bytes exceeds max_record_size"),
+        ((256, b""), "type 256 is out of range"),
+    ],
+    ids=["too large", "bad type"],
+)
+def test_add_all_buffers_every_record_or_none(
+    tmp_path: Path, journals: Journals, bad: tuple[int, bytes], error: str
+) -> None:
+    """A refused record leaves none of its unit behind: a TX record without all the records it
+    announces would take later records for its own on recovery."""
+    journal, _ = journals.open(tmp_path, max_record_size=10)
+    journal.add(1, b"before")
+    with pytest.raises(JournalError, match=error):
+        journal.add_all([(5, b"tx"), (1, b"first"), bad, (1, b"last")])
+    assert journal.next_lsn == 2
+    assert journal.add_all([(5, b"tx"), (1, b"first"), (1, b"last")]) == 2
+    assert journal.next_lsn == 5
+    journal.close()
+    _, records = journals.open(tmp_path, max_record_size=10)
+    assert [(r.position.lsn, r.type, r.payload) for r in records] == [
+        (1, 1, b"before"),
+        (2, 5, b"tx"),
+        (3, 1, b"first"),
+        (4, 1, b"last"),
+    ]
+
+
 def test_invalid_options() -> None:
     with pytest.raises(JournalError, match="segment_size 40 is too small"):
         Journal(Path("unused"), segment_size=40)

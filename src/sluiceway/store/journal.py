@@ -66,7 +66,7 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, NoReturn, TypeVar
@@ -240,6 +240,10 @@ def _fsync_failed(what: object, error: OSError) -> str:
         f"fsync of {what} failed ({error}): records may not be durable, so the journal accepts no"
         " more; restart the broker (recovery keeps every record that reached the disk)"
     )
+
+
+def _bad_type(type: object) -> JournalError:
+    return JournalError(f"record type {type!r} is out of range: use 0 to 255")
 
 
 def _not_a_segment(path: Path, why: str) -> JournalError:
@@ -651,15 +655,12 @@ class Journal:
             self._refuse()
         size = len(payload)
         if size > self._max_record_size:
-            raise JournalError(
-                f"a record of {size} bytes exceeds max_record_size ({self._max_record_size} bytes);"
-                " raise the limit or store less per record"
-            )
+            raise self._too_large(size)
         lsn = self._next_lsn
         try:
             crc = zlib.crc32(payload, zlib.crc32(_LSN_TYPE.pack(lsn, type)))
         except struct.error:
-            raise JournalError(f"record type {type!r} is out of range: use 0 to 255") from None
+            raise _bad_type(type) from None
         offset = self._end
         chunks = self._chunks
         chunks.append(_RECORD.pack(size, crc, lsn, type))
@@ -667,6 +668,36 @@ class Journal:
         self._end = offset + _RECORD.size + size
         self._next_lsn = lsn + 1
         return lsn
+
+    def add_all(self, records: Sequence[tuple[int, bytes]]) -> int:
+        """Buffer `records` (type, payload) as one unit and return the LSN of the first: every
+        record is checked before any is buffered, so either all are or, raising, none is (a
+        transaction's TX record must never be left without the records it announces)."""
+        if self._blocked is not None:
+            self._refuse()
+        first = lsn = self._next_lsn
+        end = self._end
+        chunks: list[bytes] = []
+        for type, payload in records:
+            size = len(payload)
+            if size > self._max_record_size:
+                raise self._too_large(size)
+            try:
+                crc = zlib.crc32(payload, zlib.crc32(_LSN_TYPE.pack(lsn, type)))
+            except struct.error:
+                raise _bad_type(type) from None
+            chunks += (_RECORD.pack(size, crc, lsn, type), payload)
+            end += _RECORD.size + size
+            lsn += 1
+        self._chunks += chunks
+        self._end, self._next_lsn = end, lsn
+        return first
+
+    def _too_large(self, size: int) -> JournalError:
+        return JournalError(
+            f"a record of {size} bytes exceeds max_record_size ({self._max_record_size} bytes);"
+            " raise the limit or store less per record"
+        )
 
     def flush(self) -> int:
         """Hand every buffered record to the OS in one write; return the last LSN written."""
