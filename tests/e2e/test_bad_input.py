@@ -150,6 +150,17 @@ CASES: dict[str, Bad] = {
     "priority -1": Bad(frame("SEND", {**SEND_OK, "priority": "-1"}), ("priority", "0 to 9")),
     "priority high": Bad(frame("SEND", {**SEND_OK, "priority": "high"}), ("priority", "'high'")),
     "expires negative": Bad(frame("SEND", {**SEND_OK, "expires": "-5"}), ("expires",)),
+    "expires beyond 64 bits": Bad(
+        frame("SEND", {**SEND_OK, "persistent": "true", "expires": "99999999999999999999"}),
+        ("expires", "0 to 9223372036854775807"),
+    ),
+    "consumer-flow-limit beyond 32 bits": Bad(
+        frame(
+            "SUBSCRIBE",
+            {"destination": "/queue/bad", "id": "1", "consumer-flow-limit": "2147483648"},
+        ),
+        ("consumer-flow-limit", "-1 to 2147483647"),
+    ),
     "persistent not boolean": Bad(
         frame("SEND", {**SEND_OK, "persistent": "yes"}), ("persistent", "true or false")
     ),
@@ -337,6 +348,12 @@ STOMP_PY_CASES: dict[str, StompBad] = {
     "no destination": StompBad(lambda c: c.send_frame("SEND", {}, "x"), "destination header"),
     "invalid priority": StompBad(
         lambda c: c.send("/queue/bad", "x", headers={"priority": "10"}), "priority"
+    ),
+    "expires beyond 64 bits": StompBad(
+        lambda c: c.send(
+            "/queue/bad", "x", headers={"persistent": "true", "expires": "99999999999999999999"}
+        ),
+        "0 to 9223372036854775807",
     ),
     "invalid ack mode": StompBad(
         lambda c: c.subscribe("/queue/bad", id="1", ack="sometimes"), "sometimes"

@@ -6,48 +6,11 @@ import pytest
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
-from sluiceway.protocol.codec import FrameDecoder, encode_frame
+from sluiceway.protocol.codec import encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.server.session import SessionState, StompSession
+from sluiceway.server.session import SessionState
 from sluiceway.testing import FakeClock
-
-
-class Peer:
-    """A session and a decoder for what it writes."""
-
-    def __init__(self, broker: Broker, version: str = "1.2") -> None:
-        self.ready = 0
-        self.session = StompSession(broker, on_ready=self._ready, peer="test")
-        self.decoder = FrameDecoder()
-        if version:
-            self.feed("CONNECT", {"accept-version": version, "heart-beat": "0,0"})
-            (connected,) = self.control()
-            assert connected.command == "CONNECTED"
-            self.decoder.version = self.session.version
-
-    def _ready(self) -> None:
-        self.ready += 1
-
-    def feed(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
-        frame = Frame(command, dict(headers or {}), body)
-        self.session.receive_data(encode_frame(frame, self.session.version))
-
-    def control(self) -> list[Frame]:
-        return self._decode(self.session.data_to_send())
-
-    def payload(self, limit: int = 1000) -> list[Frame]:
-        data, count = self.session.take_payload(limit)
-        frames = self._decode(data)
-        assert len(frames) == count
-        return frames
-
-    def _decode(self, data: bytes) -> list[Frame]:
-        self.decoder.receive_data(data)
-        frames = []
-        while (event := self.decoder.next_event()) is not None:
-            assert isinstance(event, Frame)
-            frames.append(event)
-        return frames
+from tests.server.peer import Peer
 
 
 @pytest.fixture

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from sluiceway.naming import DestinationName
 
 DEFAULT_PRIORITY = 4  # JMS default priority; STOMP `priority` header, 0 (lowest) to 9 (highest)
+MAX_EXPIRES: Final = 2**63 - 1  # `expires` and `timestamp` (ms since the epoch) are kept as an i64
 
 
 @dataclass(slots=True, eq=False, init=False)

@@ -19,7 +19,7 @@ from sluiceway.core.flow import (
     DEFAULT_CONSUMER_FLOW_THRESHOLD,
     ConnectionFlow,
 )
-from sluiceway.core.message import DEFAULT_PRIORITY
+from sluiceway.core.message import DEFAULT_PRIORITY, MAX_EXPIRES
 from sluiceway.core.subscription import AckMode
 from sluiceway.errors import BadRequest
 from sluiceway.naming import DestinationName, parse_destination
@@ -29,6 +29,8 @@ from sluiceway.server.render import BROKER_MESSAGE_HEADERS
 SUPPORTED_VERSIONS: Final = (StompVersion.V1_0, StompVersion.V1_1, StompVersion.V1_2)
 MAX_SEQUENCE: Final = 2**63 - 1  # sequence numbers are kept as u64 and compared as i64
 MAX_HEARTBEAT_MS: Final = 2**31 - 1  # about 24 days: any longer interval means "never" in practice
+MAX_FLOW: Final = 2**31 - 1  # flow limits and counts: Open MQ's properties are Java ints
+_EXPIRES: Final = "ms since the epoch, kept as a 64-bit integer; 0: never"
 # Spellings of the consumer window other brokers' clients send, in order of precedence.
 FLOW_LIMIT_HEADERS: Final = ("consumer-flow-limit", "activemq.prefetchSize", "prefetch-count")
 
@@ -67,29 +69,33 @@ def required(frame: Frame, name: str) -> str:
 
 
 def integer(
-    frame: Frame, name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+    frame: Frame, name: str, default: int, *, minimum: int, maximum: int, unit: str = ""
 ) -> int:
-    """Header `name` as an integer within [minimum, maximum], or `default` when absent."""
+    """Header `name` as a decimal integer from `minimum` to `maximum` (what the broker can
+    store or use), or `default` when absent; `unit` says what the number counts."""
     text = frame.headers.get(name)
     if text is None:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if (
-        value is None
-        or (minimum is not None and value < minimum)
-        or (maximum is not None and value > maximum)
-    ):
-        bounds = f" from {minimum}" if minimum is not None else ""
-        bounds += f" to {maximum}" if maximum is not None else ""
+    value = _decimal(text)
+    if value is None or not minimum <= value <= maximum:
         raise BadRequest(
             f"invalid {name} header",
-            f"the {name} header of a {frame.command} frame must be an integer{bounds}; "
-            f"got {text!r}",
+            f"the {name} header of a {frame.command} frame must be an integer from {minimum} to "
+            f"{maximum}{f' ({unit})' if unit else ''}; got {text!r}",
         )
     return value
+
+
+def _decimal(text: str) -> int | None:
+    """`text` as a decimal integer: ASCII digits, with a minus sign or not (int() alone also
+    takes spaces, a plus sign, underscores and the digits of other scripts); else None."""
+    digits = text[1:] if text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    try:
+        return int(text)
+    except ValueError:  # more digits than int() converts (thousands): out of every range
+        return None
 
 
 def boolean(frame: Frame, name: str, default: bool) -> bool:
@@ -137,16 +143,10 @@ def negotiate_heartbeat(frame: Frame, server_send: int, server_receive: int) -> 
     """STOMP heart-beating: each direction uses the larger of what one side can do and the
     other side wants, and is off when either side says 0."""
     text = frame.headers.get("heart-beat", "0,0")
-    parts = text.split(",")
-    try:
-        client_send, client_receive = (int(p) for p in parts)
-    except ValueError:
-        client_send = client_receive = -1
-    if (
-        len(parts) != 2
-        or not (0 <= client_send <= MAX_HEARTBEAT_MS)
-        or not (0 <= client_receive <= MAX_HEARTBEAT_MS)
-    ):
+    parts = [_decimal(part) for part in text.split(",")]
+    client_send = parts[0] if len(parts) == 2 and parts[0] is not None else -1
+    client_receive = parts[1] if len(parts) == 2 and parts[1] is not None else -1
+    if not (0 <= client_send <= MAX_HEARTBEAT_MS and 0 <= client_receive <= MAX_HEARTBEAT_MS):
         raise BadRequest(
             "invalid heart-beat header",
             "the heart-beat header must be two integers from 0 to "
@@ -159,8 +159,22 @@ def negotiate_heartbeat(frame: Frame, server_send: int, server_receive: int) -> 
 
 def connection_flow(frame: Frame) -> ConnectionFlow:
     return ConnectionFlow(
-        count=integer(frame, "connection-flow-count", DEFAULT_CONNECTION_FLOW_COUNT, minimum=0),
-        limit=integer(frame, "connection-flow-limit", DEFAULT_CONNECTION_FLOW_LIMIT, minimum=1),
+        count=integer(
+            frame,
+            "connection-flow-count",
+            DEFAULT_CONNECTION_FLOW_COUNT,
+            minimum=0,
+            maximum=MAX_FLOW,
+            unit="MESSAGE frames per turn of flow metering; 0: off",
+        ),
+        limit=integer(
+            frame,
+            "connection-flow-limit",
+            DEFAULT_CONNECTION_FLOW_LIMIT,
+            minimum=1,
+            maximum=MAX_FLOW,
+            unit="unconsumed messages",
+        ),
         limit_enabled=boolean(frame, "connection-flow-limit-enabled", False),
     )
 
@@ -189,7 +203,8 @@ def flow_request(frame: Frame) -> FlowRequest:
     limit = DEFAULT_CONSUMER_FLOW_LIMIT
     for name in FLOW_LIMIT_HEADERS:
         if name in frame.headers:
-            limit = integer(frame, name, limit, minimum=-1)
+            unit = "messages; -1 or 0: no limit of the consumer's own"
+            limit = integer(frame, name, limit, minimum=-1, maximum=MAX_FLOW, unit=unit)
             break
     return FlowRequest(
         limit=limit,
@@ -199,6 +214,7 @@ def flow_request(frame: Frame) -> FlowRequest:
             DEFAULT_CONSUMER_FLOW_THRESHOLD,
             minimum=0,
             maximum=100,
+            unit="percent",
         ),
         prefetch=boolean(frame, "consumer-flow-prefetch", True),
     )
@@ -240,7 +256,7 @@ def send_request(frame: Frame, max_header_count: int) -> SendRequest:
     return SendRequest(
         destination=destination(frame),
         priority=integer(frame, "priority", DEFAULT_PRIORITY, minimum=0, maximum=9),
-        expires=integer(frame, "expires", 0, minimum=0),
+        expires=integer(frame, "expires", 0, minimum=0, maximum=MAX_EXPIRES, unit=_EXPIRES),
         persistent=boolean(frame, "persistent", False),
         transaction=frame.headers.get("transaction"),
         headers=()
