@@ -59,13 +59,14 @@ class Client:
         transaction: str | None = None,
         persistent: bool = False,
         report: bool | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> str:
         """Send as a SEND frame would; a held SEND is recorded in `held`, and its outcome in
         `outcomes` once the broker settles it."""
         sent = self.connection.send(
             parse_destination(path),
             body,
-            (),
+            headers,
             priority=priority,
             expires=expires,
             persistent=persistent,

@@ -11,13 +11,14 @@ from sluiceway.core.persistence import RUN_MAX, JournalStore, Recovery
 from sluiceway.core.records import (
     DurableRecord,
     RecordType,
+    Unstorable,
     decode_lsns,
     encode_mark,
     encode_message,
     encode_tx,
 )
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.store.journal import CorruptJournal, Journal, SyncPolicy
+from sluiceway.store.journal import CorruptJournal, Journal, JournalError, SyncPolicy
 
 QUEUE = DestinationName(DestinationKind.QUEUE, "q")
 TOPIC = DestinationName(DestinationKind.TOPIC, "t")
@@ -209,6 +210,75 @@ def test_a_transaction_counts_whole_or_not_at_all(tmp_path: Path) -> None:
     store, recovered, recovery = reopen(store, tmp_path)
     assert recovery.discarded_tx == 0
     assert [m.seq for m in recovered] == [2, 10, 11]
+    store.close()
+
+
+def added_together(store: JournalStore, *messages: Message) -> None:
+    with store.atomic():
+        for m in messages:
+            store.added(m)
+
+
+def test_a_commits_records_are_written_first_and_then_adopted(tmp_path: Path) -> None:
+    store, _, _ = open_store(tmp_path)
+    consumed = message(1)
+    store.added(consumed)
+    published = [message(2), message(3)]
+    store.write_transaction(published, [consumed])
+    assert not store.journal.buffered  # handed to the OS before anything takes effect
+    assert consumed.location == 0
+    for m in published:
+        store.added(m)  # what publishing does: the ADD written stands, nothing more is written
+    store.removed(consumed)  # what consuming does: its REMOVE is written already
+    assert kinds(store) == [
+        (RecordType.ADD, 1),
+        (RecordType.TX, 2),
+        (RecordType.ADD, 3),
+        (RecordType.ADD, 4),
+        (RecordType.REMOVE, 5),
+    ]
+    store, recovered, _ = reopen(store, tmp_path)
+    assert [m.seq for m in recovered] == [2, 3]
+    store.close()
+
+
+def test_an_unstorable_message_is_refused_naming_its_field_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    store, _, _ = open_store(tmp_path)
+    good, big, late = message(1), message(2), message(3)
+    big.headers = (("x-big", "v" * 70000),)
+    late.expires = 2**63
+    for bad, words in (
+        (big, ("header 'x-big'", "70000 bytes", "65535")),
+        (late, ("expires", str(2**63), "9223372036854775807")),
+    ):
+        with pytest.raises(Unstorable) as refused:
+            store.write_transaction([good, bad], [])
+        assert refused.value.status == 400
+        for word in words:
+            assert word in str(refused.value)
+        with pytest.raises(Unstorable):
+            added_together(store, good, bad)
+        with pytest.raises(Unstorable):
+            store.added(bad)
+    assert good.location == 0
+    assert kinds(store) == []
+    store.close()
+
+
+def test_a_transaction_the_journal_refuses_leaves_no_record_behind(tmp_path: Path) -> None:
+    """Its TX record alone would take the next records for its own on recovery."""
+    store = JournalStore(Journal(tmp_path, sync=SyncPolicy.OS, max_record_size=300))
+    store.recover(lambda m: None)
+    small, large = message(1), message(2)
+    large.body = b"x" * 400
+    with pytest.raises(JournalError, match="max_record_size"):
+        added_together(store, small, large)
+    store.added(message(3))
+    store, recovered, recovery = reopen(store, tmp_path)
+    assert [m.seq for m in recovered] == [3]
+    assert recovery.discarded_tx == 0
     store.close()
 
 

@@ -34,8 +34,9 @@ from sluiceway.core.subscription import (
     TopicSubscription,
 )
 from sluiceway.core.transaction import Transaction
-from sluiceway.errors import BadRequest, BrokerError, Conflict, ResourceFull
+from sluiceway.errors import BadRequest, BrokerError, Conflict, InternalError, ResourceFull
 from sluiceway.naming import DestinationName
+from sluiceway.store.journal import JournalError
 
 if TYPE_CHECKING:
     from sluiceway.core.broker import Broker
@@ -481,13 +482,17 @@ class CoreConnection:
     def commit(self, tx_id: str) -> None:
         """Publish the transaction's messages and consume what it acknowledged, all at once.
 
-        If a system limit or a REJECT_NEWEST destination refuses any of its messages, none is
-        published: the transaction is rolled back and the refusal raised.
+        What may refuse the COMMIT comes before any of it takes effect: a system limit or a
+        REJECT_NEWEST destination refusing one of its messages, a message the journal cannot
+        store, the journal failing to write its records. Then none is published: the
+        transaction is rolled back (its messages dropped, its acknowledgements undone, so
+        those messages are delivered again) and the refusal raised.
         """
         tx = self._transaction(tx_id)
         producers = self.broker.producers
         try:
             producers.check_commit(tx.sends)
+            tx.prepare(self.broker.store)
         except BrokerError as exc:
             self._transactions.pop(tx_id).abort()
             raise type(exc)(
@@ -497,6 +502,20 @@ class CoreConnection:
                 destination=exc.destination,
                 limit=exc.limit,
                 limit_value=exc.limit_value,
+            ) from None
+        except Exception as exc:
+            log.exception("COMMIT of transaction %r failed on connection %d", tx_id, self.number)
+            self._transactions.pop(tx_id).abort()
+            cause = (
+                "the journal could not write its records"
+                if isinstance(exc, JournalError)
+                else "the broker failed internally"
+            )
+            raise InternalError(
+                "transaction rolled back",
+                f"COMMIT of transaction {tx_id!r} failed and the transaction was rolled back "
+                f"(its messages were not sent, its acknowledgements undone): {cause}; the "
+                "broker's log says why. Send the transaction again once that is fixed",
             ) from None
         self._transactions.pop(tx_id).commit(self.broker.store, producers.publish_committed)
 

@@ -126,9 +126,15 @@ class Destination:
     def next_seq(self) -> int:
         self._seq += 1
         if self._seq > self._reserved:
-            self._reserved = self._seq + SEQ_BLOCK - 1
-            self.store.seq_reserved(self.name, self._reserved)
+            self.reserve(self._seq)
         return self._seq
+
+    def reserve(self, seq: int) -> None:
+        """Make sure sequence numbers up to `seq` are reserved in the store (a COMMIT reserves
+        what its messages will take before it writes them, so publishing writes nothing)."""
+        if seq > self._reserved:
+            self._reserved = seq + SEQ_BLOCK - 1
+            self.store.seq_reserved(self.name, self._reserved)
 
     @property
     def last_seq(self) -> int:
@@ -205,6 +211,11 @@ class Destination:
     def publish(self, message: Message) -> None:
         raise NotImplementedError
 
+    def stores(self, message: Message) -> bool:
+        """Whether publishing `message`, numbered with its sequence number, keeps it in the
+        store (core.transaction writes its record before publishing it)."""
+        raise NotImplementedError
+
     def purge(self) -> int:
         """Remove every message waiting for a consumer; return how many (`purge dst`)."""
         raise NotImplementedError
@@ -266,15 +277,18 @@ class Queue(Destination):
 
     def publish(self, message: Message) -> None:
         message.seq = self.next_seq()
-        self.stats.received(message)
         if message.persistent:
-            self.store.added(message)
+            self.store.added(message)  # first: a message the store refuses changes nothing
+        self.stats.received(message)
         self._took(message)
         if dispatch.stage_at_once(self, message):
             return
         self.pending.append(message)
         if self.consumers and not self.context.batch.defer(self.dispatch):
             self.dispatch()
+
+    def stores(self, message: Message) -> bool:
+        return message.persistent
 
     def finished(self, message: Message) -> None:
         """The message leaves the queue for good (consumed, dead, purged)."""
@@ -448,6 +462,9 @@ class Topic(Destination):
 
     def publish(self, message: Message) -> None:
         message.seq = self.next_seq()
+        retained = self._retains(message)
+        if retained and message.persistent:
+            self.store.added(message)  # first: a message the store refuses reaches nobody
         self.stats.received(message)
         taken = False
         for subscriber in self.subscribers:
@@ -455,11 +472,7 @@ class Topic(Destination):
                 self._took(message)
                 subscriber.offer(message)
                 taken = True
-        if any(state.accepts(message) for state in self.durables.values()) or any(
-            cursor.position <= message.seq for cursor in self.cursors.values()
-        ):
-            if message.persistent:
-                self.store.added(message)
+        if retained:
             self.log.append(message)
             self._took(message)
             for state in self.durables.values():
@@ -468,6 +481,16 @@ class Topic(Destination):
             taken = True
         if not taken:
             self.stats.discarded += 1  # no subscriber, or none whose selector matches
+
+    def _retains(self, message: Message) -> bool:
+        """Whether the log keeps `message`: a durable subscription accepts it, or a cursor is at
+        or before it."""
+        return any(state.accepts(message) for state in self.durables.values()) or any(
+            cursor.position <= message.seq for cursor in self.cursors.values()
+        )
+
+    def stores(self, message: Message) -> bool:
+        return message.persistent and self._retains(message)
 
     def recovered(self, message: Message) -> None:
         """A retained persistent message read back from the journal at start-up."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn, Protocol
 
@@ -150,7 +150,7 @@ class JournalStore:
         self._snapshot_parts: list[SnapshotPart] = []
         self._live = Liveness()
         self._meta: list[int] = []  # SEQ, DURABLE... records in the active segment
-        self._tx: list[tuple[RecordType, bytes, Message | None]] | None = None
+        self._tx: list[tuple[RecordType, bytes, Message]] | None = None
         self._extensions: list[JournalExtension] = []
         self._extension_of: dict[int, JournalExtension] = {}  # by record type
         # Deliveries not yet in the journal: written as one DELIVERED_RUN before any other record
@@ -386,14 +386,41 @@ class JournalStore:
         finally:
             entries, self._tx = self._tx, None
         if entries:
-            self._write_tx(entries)
+            self._settle_tx(self._buffer_tx(entries), entries)
 
-    def _write_tx(self, entries: list[tuple[RecordType, bytes, Message | None]]) -> None:
-        tx_lsn = self._append(RecordType.TX, encode_tx(len(entries)))
+    def write_transaction(self, adds: Sequence[Message], removes: Sequence[Message]) -> None:
+        """A COMMIT's own records, written before any of it takes effect: the ADDs of `adds`
+        (numbered already) and the REMOVEs of `removes`, as one transaction handed to the OS.
+
+        Raises with nothing written when one cannot be (Unstorable names the field) or the
+        journal refuses them. Afterwards `added` of one of `adds` writes nothing (its ADD
+        stands), and neither does `removed` of one of `removes` (it is out of the journal).
+        """
+        assert self._tx is None, "a COMMIT's records are not part of an enclosing atomic()"
+        entries = [(RecordType.ADD, encode_message(m), m) for m in adds]
+        entries += [
+            (RecordType.REMOVE, encode_mark(m.destination, m.seq, m.location), m) for m in removes
+        ]
+        if not entries:
+            return
+        tx_lsn = self._buffer_tx(entries)
+        # Written now, before anything is published: a disk that refuses the write refuses the
+        # COMMIT, rather than frames sent after its messages reached consumers.
+        self.journal.flush()
+        self._settle_tx(tx_lsn, entries)
+
+    def _buffer_tx(self, entries: list[tuple[RecordType, bytes, Message]]) -> int:
+        """Buffer the TX record and its records as one unit (all, or none and raise); return
+        the TX record's LSN."""
+        self._write_pending()  # (records of what happened before: they stand either way)
+        records = [(RecordType.TX, encode_tx(len(entries)))]
+        records += [(record_type, payload) for record_type, payload, _ in entries]
+        return self.journal.add_all(records)
+
+    def _settle_tx(self, tx_lsn: int, entries: list[tuple[RecordType, bytes, Message]]) -> None:
+        """Bookkeeping of a transaction buffered at `tx_lsn`: its messages' locations, liveness."""
         self._live.born(tx_lsn, live=False)  # only recovery reads it
-        for record_type, payload, message in entries:
-            lsn = self._append(record_type, payload)
-            assert message is not None
+        for lsn, (record_type, _, message) in enumerate(entries, start=tx_lsn + 1):
             if record_type is RecordType.ADD:
                 message.location = lsn
                 self._live.born(lsn)

@@ -272,13 +272,20 @@ class ProducerControl:
                 raise admission.error
             planned[destination] = Fullness(current.count + 1, current.bytes + message.size)
 
-    def publish_committed(self, destination: Destination, message: Message) -> None:
-        """Publish a message of a committed transaction (evicting if its destination does)."""
+    def publish_committed(self, destination: Destination, message: Message) -> bool:
+        """Publish a message of a committed transaction (evicting if its destination does);
+        False when no room could be made for it (what fills the destination is being
+        delivered), so it was dropped."""
         behavior = destination.settings.limit_behavior
         if behavior in (LimitBehavior.REMOVE_OLDEST, LimitBehavior.REMOVE_LOW_PRIORITY):
-            self._apply(destination, message, Admission(Verdict.EVICT))
+            error = self._apply(destination, message, Admission(Verdict.EVICT))
+            if error is not None:
+                destination.stats.dropped += 1
+                log.warning("a message of a committed transaction was dropped: %s", error)
+                return False
         else:
             destination.publish(message)
+        return True
 
     # -- holding -------------------------------------------------------------------------------
 

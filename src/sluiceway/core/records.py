@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
-from sluiceway.core.message import Message
+from sluiceway.core.message import MAX_EXPIRES, Message
+from sluiceway.errors import BadRequest
 from sluiceway.naming import DestinationKind, DestinationName, parse_destination
 
 
@@ -75,6 +76,7 @@ _U32: Final = struct.Struct("<I")
 _U64: Final = struct.Struct("<Q")
 _SEQ_ADD: Final = struct.Struct("<QQ")
 _SUB_SEQ_ADD: Final = struct.Struct("<IQQ")
+MAX_TEXT: Final = 0xFFFF  # bytes of one string: its length is a u16
 _MESSAGE_FIXED: Final = struct.Struct("<BBqqIH")  # priority, persistent, expires, timestamp,
 # delivery count, header count
 
@@ -108,26 +110,72 @@ def _destination(path: str) -> bytes:
 
 
 def encode_message(message: Message) -> bytes:
-    """A message with its identity (destination, seq) and everything needed to deliver it."""
-    parts = [
-        _destination(message.destination.path),
-        _U64.pack(message.seq),
-        _text(message.id),
-        _MESSAGE_FIXED.pack(
-            message.priority,
-            int(message.persistent),
-            message.expires,
-            message.timestamp,
-            message.delivery_count,
-            len(message.headers),
-        ),
-    ]
-    for name, value in message.headers:
-        parts.append(_text(name))
-        parts.append(_text(value))
-    parts.append(_U32.pack(len(message.body)))
+    """A message with its identity (destination, seq) and everything needed to deliver it;
+    Unstorable when a field does not fit the format."""
+    try:
+        parts = [
+            _destination(message.destination.path),
+            _U64.pack(message.seq),
+            _text(message.id),
+            _MESSAGE_FIXED.pack(
+                message.priority,
+                int(message.persistent),
+                message.expires,
+                message.timestamp,
+                message.delivery_count,
+                len(message.headers),
+            ),
+        ]
+        for name, value in message.headers:
+            parts.append(_text(name))
+            parts.append(_text(value))
+        parts.append(_U32.pack(len(message.body)))
+    except struct.error:
+        raise _unstorable(message) from None
     parts.append(message.body)
     return b"".join(parts)
+
+
+class Unstorable(BadRequest):
+    """A message with a field the record format cannot hold: refused before any of it is kept
+    (the SEND or the COMMIT that carries it)."""
+
+
+def _unstorable(message: Message) -> Unstorable:
+    """Which field of `message` does not fit its record, and what would."""
+    where = f"a message for {message.destination}"
+    numbers = (  # the ranges of _MESSAGE_FIXED and _U64 (the header layer narrows some)
+        ("priority", message.priority, 0, 255),
+        ("expires", message.expires, -MAX_EXPIRES - 1, MAX_EXPIRES),
+        ("timestamp", message.timestamp, -MAX_EXPIRES - 1, MAX_EXPIRES),
+        ("delivery count", message.delivery_count, 0, 2**32 - 1),
+        ("sequence", message.seq, 0, 2**64 - 1),
+        ("header count", len(message.headers), 0, MAX_TEXT),
+        ("body size", len(message.body), 0, 2**32 - 1),
+    )
+    for field, number, low, high in numbers:
+        if not low <= number <= high:
+            return Unstorable(
+                f"{field} out of range",
+                f"the {field} of {where} is {number}; the journal keeps it as a number from "
+                f"{low} to {high}",
+            )
+    texts = [("message id", "message id", message.id)]
+    for header, value in message.headers:
+        shown = repr(header[:40])
+        texts += (
+            ("header", f"name of header {shown}", header),
+            ("header", f"header {shown}", value),
+        )
+    for kind, field, text in texts:
+        size = len(text.encode())
+        if size > MAX_TEXT:
+            return Unstorable(
+                f"{kind} too long",
+                f"the {field} of {where} is {size} bytes; the journal keeps at most {MAX_TEXT} "
+                "bytes in one header name or value: send less in it (a body has no such limit)",
+            )
+    return Unstorable("message cannot be stored", f"{where} does not fit a journal record")
 
 
 def encode_position(destination: DestinationName, seq: int) -> bytes:

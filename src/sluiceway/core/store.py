@@ -11,7 +11,7 @@ outlives the process, for a broker that needs no durability.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from sluiceway.core.lease_records import CursorRecord, LeaseRecord, LeaseState
@@ -66,7 +66,14 @@ class MessageStore(Protocol):
         ...
 
     def atomic(self) -> contextlib.AbstractContextManager[None]:
-        """Records made inside are kept all together or not at all (a transaction's commit)."""
+        """Records made inside are kept all together or not at all (a dead copy and the removal
+        of its original, evictions and the message they make room for)."""
+        ...
+
+    def write_transaction(self, adds: Sequence[Message], removes: Sequence[Message]) -> None:
+        """Record a COMMIT before any of it takes effect: persistent messages it will publish
+        (numbered; `added` then adopts them) and persistent messages it consumes (`removed`
+        then records nothing more). All or, raising, nothing."""
         ...
 
     @property
@@ -153,6 +160,9 @@ class MemoryStore:
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
         yield
+
+    def write_transaction(self, adds: Sequence[Message], removes: Sequence[Message]) -> None:
+        pass  # `added` and `removed` keep the messages as the COMMIT takes effect
 
     @property
     def last_lsn(self) -> int:

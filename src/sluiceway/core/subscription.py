@@ -246,6 +246,11 @@ class Subscription:
     def note_delivery(self, message: Message) -> None:
         """`message` was written and awaits acknowledgement (the store may want to know)."""
 
+    def consuming_removes(self) -> bool:
+        """Whether consuming a message here takes it out of the store: a queue's message, not a
+        topic's (its log keeps it until every durable subscription is past it)."""
+        return False
+
 
 class Delivery:
     """One message written to one subscription; `delivery_count` is 1 on the first delivery.
@@ -328,6 +333,9 @@ class QueueSubscription(Subscription):
         if message.persistent:
             # So that after a crash it comes back marked redelivered.
             self.queue.store.delivered(message)
+
+    def consuming_removes(self) -> bool:
+        return True
 
 
 class TopicSubscription(Subscription):
