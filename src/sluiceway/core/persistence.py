@@ -81,6 +81,23 @@ log = logging.getLogger(__name__)
 COMPACT_BELOW: Final = 0.25  # rewrite a segment when fewer than this share of its records live
 COMPACT_MIN_BYTES: Final = 1024 * 1024  # ...and it is at least this big (small ones: not worth it)
 SEQ_BLOCK: Final = 1000  # sequence numbers reserved per SEQ record
+# The snapshot record that restates each kind of state record at the start of every segment.
+RESTATED_BY: Final = {
+    **dict.fromkeys(
+        (RecordType.SNAPSHOT, RecordType.SEQ, RecordType.DURABLE, RecordType.DURABLE_END),
+        RecordType.SNAPSHOT,
+    ),
+    **dict.fromkeys(STATE_RECORDS, RecordType.LEASE_SNAPSHOT),
+    **dict.fromkeys(
+        (
+            RecordType.STAGE_OPEN,
+            RecordType.STAGE_COMMIT,
+            RecordType.STAGE_DISCARD,
+            RecordType.STAGE_SNAPSHOT,
+        ),
+        RecordType.STAGE_SNAPSHOT,
+    ),
+}
 RUN_MAX: Final = 1024  # deliveries (or removals) gathered for one *_RUN record, at most
 
 Snapshot = Callable[[], tuple[list[tuple[DestinationName, int]], list[DurableRecord]]]
@@ -149,7 +166,9 @@ class JournalStore:
         self._snapshot = snapshot
         self._snapshot_parts: list[SnapshotPart] = []
         self._live = Liveness()
-        self._meta: list[int] = []  # SEQ, DURABLE... records in the active segment
+        # State records (SEQ, DURABLE, CURSOR, STAGE_OPEN...) since the last rotation, by the
+        # snapshot record that restates them at the start of the next segment.
+        self._meta: dict[RecordType, list[int]] = {}
         self._tx: list[tuple[RecordType, bytes, Message]] | None = None
         self._extensions: list[JournalExtension] = []
         self._extension_of: dict[int, JournalExtension] = {}  # by record type
@@ -319,7 +338,18 @@ class JournalStore:
     def _meta_record(self, record_type: RecordType, payload: bytes) -> None:
         lsn = self._append(record_type, payload)
         self._live.born(lsn)
-        self._meta.append(lsn)
+        self._meta.setdefault(RESTATED_BY[record_type], []).append(lsn)
+
+    def _state_read(self, lsn: int, record_type: RecordType) -> None:
+        """Recovery: a state record read. A snapshot supersedes the earlier state records of
+        its own kind, and only those: a rotation cut short by a crash may have written some of
+        its snapshots and not the others, whose earlier records must then stay live."""
+        snapshot = RESTATED_BY[record_type]
+        if record_type is snapshot:
+            for old in self._meta.pop(snapshot, ()):
+                self._live.kill(old)
+        self._live.born(lsn)
+        self._meta.setdefault(snapshot, []).append(lsn)
 
     # -- for extensions (JournalExtension): their records follow the same two lifetimes -----------
 
@@ -356,10 +386,9 @@ class JournalStore:
         """Recovery, first pass: an extension's record read (`kill` it later if it dies)."""
         self._live.born(lsn, live=live)
 
-    def replayed_state(self, lsn: int) -> None:
+    def replayed_state(self, lsn: int, record_type: RecordType) -> None:
         """Recovery, first pass: an extension's state record read."""
-        self._live.born(lsn)
-        self._meta.append(lsn)
+        self._state_read(lsn, record_type)
 
     def forget_replayed(self, lsn: int) -> None:
         """Recovery, first pass: the record `lsn` read earlier is dead, and so are its marks."""
@@ -476,17 +505,19 @@ class JournalStore:
         self._write_pending()  # in the segment of the messages they are about
         base = self.journal.rotate()
         self._live.add_segment(base)
-        for lsn in self._meta:
-            self._live.kill(lsn)  # superseded by the snapshot that starts the new segment
-        self._meta = []
+        for lsns in self._meta.values():
+            for lsn in lsns:
+                self._live.kill(lsn)  # superseded by the snapshots that start the new segment
+        self._meta = {}
         if self._snapshot is not None:
             seqs, durables = self._snapshot()
             self._meta_record(RecordType.SNAPSHOT, encode_snapshot(seqs, durables))
         for part in self._snapshot_parts:
             self._meta_record(*part())
-        # To the OS now: maintain() may delete the old segment, whose state records the
-        # snapshot replaces, before the next flush.
-        self.journal.flush()
+        # On disk now, whatever the sync policy: the upkeep may delete or compact the old
+        # segments, whose state records the snapshot replaces, right after this; a power cut
+        # must not find them gone and the snapshot not yet written.
+        self.journal.sync_active()
 
     def _reclaim(self, *, force: bool) -> tuple[int, int]:
         deleted = compacted = 0
@@ -707,13 +738,12 @@ class JournalStore:
         return False
 
     def _replay_meta(self, record: Record, kind: RecordType) -> None:
+        if kind not in RESTATED_BY:
+            self._impossible(record, "a record of that type cannot stand here")
         recovery = self._replay_state.recovery
         durables = recovery.durables
         lsn = record.position.lsn
         if kind is RecordType.SNAPSHOT:
-            for old in self._meta:
-                self._live.kill(old)
-            self._meta = []
             seqs, records = decode_snapshot(record.payload)
             recovery.seqs = dict(seqs)
             keep = {r.sub_id for r in records}
@@ -732,5 +762,4 @@ class JournalStore:
             durables.pop(decode_sub(record.payload), None)
         elif kind in STATE_RECORDS:
             recovery.leases.replay(kind, record.payload)
-        self._live.born(lsn)
-        self._meta.append(lsn)
+        self._state_read(lsn, kind)

@@ -196,7 +196,7 @@ class StageJournal:
             records.offsets.append(record.position.offset)
             state.next_id = max(state.next_id, stage_id + 1)
             return
-        store.replayed_state(lsn)
+        store.replayed_state(lsn, RecordType(record.type))
         if record.type == RecordType.STAGE_OPEN:
             stage = decode_open(record.payload)
             state.open[stage.stage_id] = stage

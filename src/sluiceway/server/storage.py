@@ -19,6 +19,7 @@ from typing import IO
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
+from sluiceway.core.clock import Clock
 from sluiceway.core.persistence import JournalStore, Recovery
 from sluiceway.core.records import describe_damaged
 from sluiceway.core.store import MemoryStore, MessageStore
@@ -62,8 +63,12 @@ class SyncNotifier:
 class Storage:
     """The broker's store, swap area and directory lock, opened and closed together."""
 
-    def __init__(self, config: BrokerConfig, *, files: Files = OS_FILES) -> None:
-        """`files`: where the journal's files are (tests give a simulated disk)."""
+    def __init__(
+        self, config: BrokerConfig, *, files: Files = OS_FILES, sync_thread: bool = True
+    ) -> None:
+        """`files`: where the journal's files are; `sync_thread` False: under the group policy
+        the journal syncs only when told (Journal.sync_round). Tests give a simulated disk and
+        decide when it syncs."""
         self.config = config
         self.notifier = SyncNotifier()
         self.store: MessageStore
@@ -83,6 +88,7 @@ class Storage:
             on_synced=self.notifier,
             skip_corrupt=config.skip_corrupt,
             files=files,
+            sync_thread=sync_thread,
         )
         self.store = JournalStore(journal)
         if config.swap_threshold != 0:
@@ -111,9 +117,9 @@ class Storage:
         lock_file.flush()
         self._lock_file = lock_file
 
-    def open_broker(self) -> tuple[Broker, Recovery | None]:
+    def open_broker(self, clock: Clock | None = None) -> tuple[Broker, Recovery | None]:
         """A broker on this storage, with whatever the journal held read back."""
-        broker = Broker(self.config, store=self.store, spill=self.swap)
+        broker = Broker(self.config, clock=clock, store=self.store, spill=self.swap)
         try:
             recovery = broker.recover()
         except CorruptJournal as exc:

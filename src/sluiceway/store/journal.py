@@ -759,6 +759,14 @@ class Journal:
             if self._dirty and lsn > self._synced_lsn:
                 self._cond.notify()
 
+    def sync_active(self) -> None:
+        """Flush, then fsync the active segment now, whatever the policy (older segments are
+        fsynced when they stop being active): every record written is durable on return."""
+        lsn = self.flush()
+        self._sync_fd(self._active_fd, self._segments[self._active_base].path)
+        with self._cond:
+            self._synced_lsn = max(self._synced_lsn, lsn)
+
     def wait_synced(self, lsn: int, timeout: float | None = None) -> bool:
         """Block until `lsn` is durable (True) or `timeout` seconds pass (False).
 

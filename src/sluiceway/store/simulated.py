@@ -268,6 +268,13 @@ class SimulatedDisk:
                 return {}
             return {name: bytes(inode.data) for name, inode in found.entries.items()}
 
+    def cut(self, path: Path, length: int) -> None:
+        """Cut a file to `length` bytes, durably (what a crash left of it)."""
+        with self._lock:
+            inode = self._parent(path).entries[path.name]
+            del inode.data[length:]
+            inode.durable = bytes(inode.data)
+
     def corrupt(self, path: Path, offset: int, data: bytes) -> None:
         """Overwrite bytes of a file in place, durably (damage on the disk)."""
         with self._lock:

@@ -1,0 +1,110 @@
+"""The state a new segment restates (sequence numbers, durable subscriptions, cursors, leases,
+stages) survives the upkeep deleting what it replaces, and a rotation a crash cut short.
+
+Each new segment starts with snapshot records restating the state older segments recorded, which
+then die and are reclaimed. Found by the store's model (test_store_model.py): the snapshots were
+only handed to the operating system, so a power cut right after the upkeep deleted the old
+segments lost the state; and a rotation torn after its first snapshot made recovery take the
+older records of the snapshots not written for dead too.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sluiceway.core.records import RecordType
+from sluiceway.store.simulated import SimulatedDisk
+from sluiceway.testing import FakeClock
+from tests.persistence.inprocess import Link, Node
+
+PROPERTIES = {"imq.persist.file.sync.policy": "group", "imq.persist.file.segment.size": "1k"}
+_started: list[Node] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_nodes() -> Iterator[None]:
+    yield
+    for node in _started:
+        if node.running:
+            node.abandon()
+    _started.clear()
+
+
+def start(
+    tmp_path: Path, disk: SimulatedDisk, clock: FakeClock, properties: dict[str, str] = PROPERTIES
+) -> Node:
+    node = Node(tmp_path, disk, clock, properties)
+    _started.append(node)
+    return node
+
+
+def request(
+    node: Node, link: Link, command: str, headers: dict[str, str], body: bytes = b""
+) -> None:
+    link.send(command, {**headers, "receipt": "r"}, body)
+    node.sync()
+    assert [f.command for f in link.take() if f.command != "MESSAGE"] == ["RECEIPT"]
+
+
+def stage_one(node: Node) -> Link:
+    link = node.connect("producer")
+    link.take()
+    headers = {"destination": "/queue/q", "stage": "k/1/0.0", "persistent": "true"}
+    request(node, link, "SEND", headers, b"staged")
+    return link
+
+
+def published(node: Node) -> list[bytes]:
+    """Commit batch 1 of sink k, then browse the queue."""
+    link = node.connect("observer")
+    link.take()
+    headers = {"transaction": "stage", "stage": "k/1", "stage-tasks": "0.0"}
+    request(node, link, "COMMIT", headers)
+    link.send("SUBSCRIBE", {"destination": "/queue/q", "id": "b", "browser": "true"})
+    return [f.body for f in link.take() if f.command == "MESSAGE" and f.body]
+
+
+def test_a_snapshot_is_on_disk_before_the_records_it_replaces_are_reclaimed(
+    tmp_path: Path,
+) -> None:
+    disk, clock = SimulatedDisk(), FakeClock()
+    node = start(tmp_path, disk, clock)
+    stage_one(node)  # its STAGE_OPEN is state, restated by each new segment's STAGE_SNAPSHOT
+    for _ in range(3):
+        node.store.compact()  # rotate (snapshots written), then reclaim what they replace
+    kinds = [RecordType(r.type) for r in node.journal.scan()]
+    assert RecordType.STAGE_ADD in kinds
+    assert RecordType.STAGE_OPEN not in kinds  # compacted away: the snapshots restate it
+    node.abandon()
+    disk.crash(random.Random(1), power=True)  # nothing synced since the last compaction
+    node = start(tmp_path, disk, clock)
+    assert published(node) == [b"staged"]
+
+
+def test_a_rotation_cut_short_keeps_the_older_state_it_did_not_restate(tmp_path: Path) -> None:
+    disk, clock = SimulatedDisk(), FakeClock()
+    properties = {**PROPERTIES, "imq.persist.file.segment.size": "2m"}
+    node = start(tmp_path, disk, clock, properties)
+    link = stage_one(node)  # segment A: its STAGE_OPEN, and the staged message
+    link.send("SUBSCRIBE", {"destination": "/queue/gone", "id": "s", "ack": "auto"})
+    for i in range(1200):  # segment A, mostly dead: worth compacting
+        link.send("SEND", {"destination": "/queue/gone", "persistent": "true"}, b"%1024d" % i)
+    node.store.rotate()  # segment B restates the stage (its STAGE_SNAPSHOT)
+    node.store.rotate()  # segment C restates it again: cut short below
+    segments = [s.base_lsn for s in node.journal.segments()]
+    snapshots = [r for r in node.journal.scan() if r.position.segment == segments[-1]]
+    assert [RecordType(r.type) for r in snapshots][-1] is RecordType.STAGE_SNAPSHOT
+    node.abandon()
+    disk.crash(random.Random(2), power=False)
+    segment = node.journal.segment_path(segments[-1])
+    disk.cut(segment, snapshots[-1].position.offset + 5)  # C's STAGE_SNAPSHOT torn
+    node = start(tmp_path, disk, clock, properties)
+    assert node.journal.report.torn  # (what recovery cut)
+    assert node.store.maintain() == (0, 1)  # A compacted (its STAGE_OPEN dropped); B kept
+    node.stop()
+    node = start(tmp_path, disk, clock, properties)
+    assert published(node) == [b"staged"]
