@@ -406,7 +406,14 @@ class JournalStore:
         tx_lsn = self._buffer_tx(entries)
         # Written now, before anything is published: a disk that refuses the write refuses the
         # COMMIT, rather than frames sent after its messages reached consumers.
-        self.journal.flush()
+        journal = self.journal
+        journal.flush()
+        if adds and journal.write_error is not None:
+            # The journal keeps a failed write's records to write them later: not these, the
+            # COMMIT is refused. (One that only consumes goes on, its records waiting with the
+            # others, as acknowledgements outside a transaction do while the disk is full.)
+            journal.take_back(tx_lsn)
+            raise journal.waiting_error("write a COMMIT's records")
         self._settle_tx(tx_lsn, entries)
 
     def _buffer_tx(self, entries: list[tuple[RecordType, bytes, Message]]) -> int:
