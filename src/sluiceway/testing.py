@@ -32,6 +32,7 @@ from sluiceway.core.broker import Broker
 from sluiceway.server.services import Services
 from sluiceway.server.stomp_server import StompServer
 from sluiceway.server.storage import Storage
+from sluiceway.store.files import OS_FILES, Files
 
 T = TypeVar("T")
 
@@ -66,7 +67,11 @@ class BrokerThread:
     port; `port` tells which). Use as a context manager, or call start() and stop().
     """
 
-    def __init__(self, properties: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, properties: Mapping[str, str] | None = None, *, files: Files = OS_FILES
+    ) -> None:
+        """`files`: where the journal's files are (a simulated disk, to fail its writes)."""
+        self._files = files
         values = {"imq.stomp.tcp.port": "0", "imq.admin.http.port": "0"}
         values.update(properties or {})
         # A data directory of its own unless told which (then it is kept, for restarts).
@@ -112,7 +117,7 @@ class BrokerThread:
     async def _serve(self) -> None:
         storage: Storage | None = None
         try:
-            storage = Storage(self.config)
+            storage = Storage(self.config, files=self._files)
             self.broker, _ = storage.open_broker()
             self.services = Services(self.broker)
             self.server = self.services.stomp

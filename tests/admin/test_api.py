@@ -122,6 +122,8 @@ def test_update_bkr_changes_run_time_properties_only(
 ) -> None:
     api.ok("PATCH", "/broker", {"properties": {"imq.system.max_count": "7"}})
     assert admin_broker.call(lambda: core(admin_broker).config.system_max_count) == 7
+    shown = api.ok("PATCH", "/broker", {"properties": {"imq.persist.file.disk.free.limit": "10m"}})
+    assert shown["disk"]["free_limit"] == 10 * 1024 * 1024  # the disk guard took it at once
     status, error = api.call("PATCH", "/broker", {"properties": {"imq.stomp.tcp.port": "1"}})
     assert status == 400
     assert "cannot be changed while the broker runs" in error["detail"]

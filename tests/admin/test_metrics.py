@@ -74,6 +74,10 @@ def test_prometheus_shows_the_brokers_state(make_broker: BrokerFactory) -> None:
     assert value(metrics["sluiceway_messages"]) == 3
     assert value(metrics["sluiceway_connections"], service="stomp") == 2
     assert value(metrics["sluiceway_memory_level"], level="GREEN") == 1
+    assert value(metrics["sluiceway_disk_state"], state="ok") == 1
+    assert value(metrics["sluiceway_disk_state"], state="full") == 0
+    assert value(metrics["sluiceway_disk_free_limit_bytes"]) == 50 * 1024 * 1024
+    assert value(metrics["sluiceway_disk_free_bytes"]) > 0
     core, _ = parts(broker)
     assert value(metrics["sluiceway_memory_bytes"], kind="messages") == broker.call(
         lambda: core.ledger.used

@@ -35,6 +35,9 @@ def test_query_bkr(broker: BrokerProcess, traffic: RawClient) -> None:
     assert shown["Current Number of Connections"] == str(snapshot["connections"])
     assert shown["Current Number of Messages in System"] == str(snapshot["msgs"])
     assert shown["imq.system.max_count"] == "-1"
+    assert shown["Disk State"] == "OK"
+    assert shown["Disk Free Limit (bytes)"] == str(50 * 1024 * 1024)
+    assert "Disk State Reason" not in shown  # only while it is not ok
     assert (
         json.loads(run_cmd("query", "bkr", "--json", admin_port=broker.admin_port).out)[
             "properties"
@@ -136,6 +139,8 @@ def test_metrics_bkr(broker: BrokerProcess, traffic: RawClient) -> None:
     assert cxn[1] == "GREEN"
     (dsk,) = _metrics(broker, "bkr", "-m", "dsk")
     assert int(dsk[0]) > 0
+    assert dsk[1] == "ok"
+    assert int(dsk[2]) > 0  # free bytes where the journal is
 
 
 def test_metrics_svc(broker: BrokerProcess, traffic: RawClient) -> None:

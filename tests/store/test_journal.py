@@ -672,21 +672,36 @@ def test_failed_fsync_stops_the_journal(
         journal.close()
 
 
-def test_failed_write_stops_the_journal(
+def test_a_failed_write_waits_in_memory_and_a_retry_writes_it(
     tmp_path: Path, journals: Journals, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The real file system's write fails after taking part of the data: the part is cut off
+    and the records wait, in order (tests/store/test_journal_disk_full.py says more)."""
     journal, _ = journals.open(tmp_path)
-    journal.append(0, b"a")
+    journal.append(0, b"kept")
+    journal.flush()
+    size = os.path.getsize(tmp_path / segment_name(1))
+    journal.append(0, b"a" * 100)
+    real_write = os.write
 
     def write(fd: int, data: bytes) -> int:
-        raise OSError(errno.ENOSPC, "No space left on device")
+        if len(data) > 50:
+            return real_write(fd, bytes(data)[:50])  # a short write...
+        raise OSError(errno.ENOSPC, "No space left on device")  # ...then the disk is full
 
     with monkeypatch.context() as patch:
         patch.setattr(os, "write", write)
-        with pytest.raises(JournalError, match=r"No space left .* partial record"):
-            journal.flush()
-    with pytest.raises(JournalError, match=r"writing 18 bytes to .* failed"):
-        journal.append(0, b"b")
+        assert journal.flush() == 1
+        assert journal.write_error is not None
+        assert journal.write_error.errno == errno.ENOSPC
+    assert os.path.getsize(tmp_path / segment_name(1)) == size  # nothing partial stays
+    journal.append(0, b"b")
+    assert journal.flush() == 1  # nothing is written while the records wait
+    assert journal.retry_write()
+    assert journal.written_lsn == 3
+    journal.close()
+    _, records = journals.open(tmp_path)
+    assert [r.payload for r in records] == [b"kept", b"a" * 100, b"b"]
 
 
 def test_failing_callback_stops_the_group_journal(tmp_path: Path, journals: Journals) -> None:

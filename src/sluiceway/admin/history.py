@@ -123,6 +123,8 @@ class HistoryWriter:
                 "held_producers": snapshot.held_producers,
                 "throttled": len(snapshot.throttled),
                 "disk_bytes": snapshot.disk_bytes,
+                "disk_state": snapshot.disk.state,
+                "disk_free": snapshot.disk.free,
             }
         ]
         for service in sampler.service_trends():

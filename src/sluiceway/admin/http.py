@@ -371,6 +371,7 @@ class AdminServer:
                 "msg_bytes": self.broker.context.system.bytes,
                 "memory": {"level": ledger.level.name, "used": ledger.used, "peak": ledger.peak},
                 "disk_bytes": self.broker.store.disk_bytes(),
+                "disk": model.to_json(model.disk_snapshot(self.broker)),
             }
         )
 

@@ -191,6 +191,22 @@ class MemorySnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class DiskSnapshot:
+    """The disk holding the journal (core.disk)."""
+
+    state: str  # ok | low (below the free-space floor) | full (writes fail) | failed
+    reason: str  # why it is not ok, and what to do; "" when ok
+    since: int  # ms since the epoch: when it entered this state
+    path: str  # the journal's directory ("" with the memory store)
+    free: int  # bytes free on its file system (-1: not measured)
+    total: int  # bytes of that file system (-1: not measured)
+    free_limit: int  # imq.persist.file.disk.free.limit (0: no floor)
+    backlog: int  # bytes of journal records waiting in memory for the disk
+    backlog_limit: int  # imq.persist.file.disk.backlog.max_size
+    reading_paused: bool  # the backlog is at its limit: no client is read
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSnapshot:
     """`query bkr`."""
 
@@ -209,7 +225,8 @@ class BrokerSnapshot:
     throttled: list[str]
     memory: MemorySnapshot
     store: str  # file | memory
-    disk_bytes: int
+    disk_bytes: int  # the journal's size
+    disk: DiskSnapshot
     properties: dict[str, str] = field(default_factory=dict)
 
 
@@ -419,7 +436,24 @@ def broker_snapshot(broker: Broker, services: Services, started: float) -> Broke
         ),
         store=config.persist_store,
         disk_bytes=broker.store.disk_bytes(),
+        disk=disk_snapshot(broker),
         properties=broker_properties(broker),
+    )
+
+
+def disk_snapshot(broker: Broker) -> DiskSnapshot:
+    status = broker.disk.status()
+    return DiskSnapshot(
+        state=status.level.name.lower(),
+        reason=status.reason,
+        since=status.since_ms,
+        path=status.path,
+        free=status.free,
+        total=status.total,
+        free_limit=status.floor,
+        backlog=status.backlog,
+        backlog_limit=status.backlog_limit,
+        reading_paused=status.reading_stopped,
     )
 
 

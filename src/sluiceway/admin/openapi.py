@@ -25,6 +25,7 @@ API: Final = "/api/v1"
 _SCHEMAS: Final = (
     model.BrokerSnapshot,
     model.MemorySnapshot,
+    model.DiskSnapshot,
     model.DestinationSummary,
     model.DestinationDetail,
     model.Totals,
@@ -188,7 +189,7 @@ def document() -> dict[str, Any]:
                 ],
             }
         },
-        f"{API}/metrics/broker": {"get": _op("metrics bkr: totals, rates, memory")},
+        f"{API}/metrics/broker": {"get": _op("metrics bkr: totals, rates, memory, disk")},
         f"{API}/metrics/services": {"get": _op("metrics svc", _ref("ServiceTrend", many=True))},
         f"{API}/metrics/destinations/{{type}}/{{name}}": {
             "get": _op("metrics dst", _ref("DestinationTrend"), path=True)

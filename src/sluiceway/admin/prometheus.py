@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from sluiceway import __version__
 from sluiceway.admin import model
+from sluiceway.core.disk import DiskLevel, DiskStatus
 from sluiceway.core.holding import HOLD_BUCKETS
 from sluiceway.core.memory import MemoryLevel
 
@@ -97,6 +98,7 @@ class BrokerCollector(Collector):
         yield GaugeMetricFamily(
             "sluiceway_disk_bytes", "Bytes of the journal on disk", value=broker.store.disk_bytes()
         )
+        yield from _disk(broker.disk.status())
         held = broker.producers.held()
         yield GaugeMetricFamily(
             "sluiceway_held_producers", "Connections with SENDs held", value=len(held)
@@ -231,6 +233,25 @@ class BrokerCollector(Collector):
             gauges["write_buffer_bytes"].add_metric(key, info.write_buffer)
             gauges["outstanding_messages"].add_metric(key, info.outstanding)
         yield from gauges.values()
+
+
+def _disk(status: DiskStatus) -> Iterator[Metric]:
+    """The disk holding the journal: its state (an alert rule on state!="ok" sees a low disk
+    before it is full), free space against the floor, and the records waiting for it."""
+    state = GaugeMetricFamily(
+        "sluiceway_disk_state",
+        "1 for the current state of the journal's disk (ok, low, full, failed)",
+        labels=["state"],
+    )
+    for level in DiskLevel:
+        state.add_metric([level.name.lower()], 1 if status.level is level else 0)
+    yield state
+    for name, text, value in (
+        ("free_bytes", "Bytes free on the journal's file system (-1: not measured)", status.free),
+        ("free_limit_bytes", "imq.persist.file.disk.free.limit (0: no floor)", status.floor),
+        ("backlog_bytes", "Journal records waiting in memory for the disk", status.backlog),
+    ):
+        yield GaugeMetricFamily(f"sluiceway_disk_{name}", text, value=value)
 
 
 def register(server: AdminServer) -> None:

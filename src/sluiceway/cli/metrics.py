@@ -9,7 +9,7 @@ What each table shows, by imqcmd's metric type (-m):
 
 - bkr: ttl Msgs and Msg Bytes In/Out since start, and the messages held now; rts the same per
   second; cxn connections and memory (Sluiceway's memory ledger where Open MQ shows the JVM
-  heap); dsk the journal's size on disk.
+  heap); dsk the journal's size on disk, and the state and free space of the disk holding it.
 - svc (each service, or the one named by -n): ttl Msgs, Pkts (STOMP frames) and Pkt Bytes
   (bytes on the wire) In/Out; rts the same per second; cxn connections open and closed.
 - dst: ttl Msgs and Msg Bytes In/Out, Msg Count and Total Msg Bytes (Current, Peak, Avg),
@@ -71,7 +71,12 @@ COLUMNS: Final[dict[tuple[str, str], tuple[Column, ...]]] = {
         Column("Used (bytes)", "memory.used", group="Memory"),
         Column("Peak (bytes)", "memory.peak", group="Memory"),
     ),
-    ("bkr", "dsk"): (Column("Journal Bytes on Disk", "disk_bytes"),),
+    ("bkr", "dsk"): (
+        Column("Journal Bytes on Disk", "disk_bytes"),
+        Column("State", "disk.state", group="Disk", numeric=False),
+        Column("Free (bytes)", "disk.free", group="Disk"),
+        Column("Free Limit (bytes)", "disk.free_limit", group="Disk"),
+    ),
     ("svc", "ttl"): (
         _SERVICE,
         *_in_out("Msgs", "msgs_in", "msgs_out"),

@@ -267,12 +267,27 @@ def query_bkr(ctx: Context) -> None:
         ("Memory Budget (bytes)", memory["budget"]),
         ("Persistent Store", broker["store"]),
         ("Disk Used (bytes)", broker["disk_bytes"]),
+        *_disk_rows(broker["disk"]),
     ]
     ctx.print(
         render_pairs(state)
         + "\nProperties (change with update bkr -o NAME=VALUE):\n"
         + render_pairs(broker["properties"].items(), indent="  ")
     )
+
+
+def _disk_rows(disk: dict[str, Any]) -> list[tuple[str, object]]:
+    """The journal's disk: its state, with the reason while it is not ok."""
+    rows: list[tuple[str, object]] = [
+        ("Disk State", disk["state"].upper()),
+        ("Disk Free (bytes)", disk["free"]),
+        ("Disk Free Limit (bytes)", disk["free_limit"]),
+    ]
+    if disk["state"] != "ok":
+        rows.append(("Disk State Reason", disk["reason"]))
+    if disk["backlog"]:
+        rows.append(("Journal Bytes Waiting for the Disk", disk["backlog"]))
+    return rows
 
 
 def update_bkr(ctx: Context) -> None:

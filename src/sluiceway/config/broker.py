@@ -218,6 +218,25 @@ class BrokerConfig(ServiceConfig):
         "offset; true skips it (the bad bytes are saved under journal/discarded) and loses the "
         "messages it held.",
     )
+    disk_free_limit: int = prop(
+        "imq.persist.file.disk.free.limit",
+        size_parser(),
+        50 * 1024 * 1024,
+        "Free space, in bytes, the file system holding the journal keeps (like RabbitMQ's disk "
+        "free limit). Below it the disk is low: an alarm, logged and shown by the admin API, "
+        "that holds persistent SENDs (with a reason naming the disk) before the disk is "
+        "actually full, until more is free; non-persistent messages and consumers go on. "
+        "Measured once a second, estimated in between from what the journal writes; the alarm "
+        "clears a tenth of the limit above it. 0: no floor (a failed write still holds them).",
+    )
+    disk_backlog_max: int = prop(
+        "imq.persist.file.disk.backlog.max_size",
+        size_parser(),
+        16 * 1024 * 1024,
+        "While journal writes fail (a full disk), the records still being made (acknowledgements, "
+        "delivery marks) wait in memory, at most this many bytes; beyond it the broker reads no "
+        "client until the disk takes them (what clients send waits in their sockets).",
+    )
     swap_threshold: int = prop(
         "imq.swap.threshold",
         size_parser(allow_unlimited=True, minus_one="the YELLOW level"),

@@ -217,6 +217,8 @@ RUNTIME_PROPERTIES: Final = frozenset(
         "imq.stomp.max_subscriptions",
         "imq.stomp.max_transactions",
         "imq.stomp.stalled.reclaim",
+        "imq.persist.file.disk.free.limit",
+        "imq.persist.file.disk.backlog.max_size",
     }
 )
 

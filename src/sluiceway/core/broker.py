@@ -24,6 +24,7 @@ from sluiceway.core.connection import CoreConnection
 from sluiceway.core.context import Context
 from sluiceway.core.cursors import Cursors
 from sluiceway.core.destination import Destination, Queue, Topic
+from sluiceway.core.disk import DiskGuard
 from sluiceway.core.dmq import DMQ_NAME, DMQ_SETTINGS
 from sluiceway.core.durable import DurableState
 from sluiceway.core.flow import ConnectionFlow
@@ -50,6 +51,7 @@ from sluiceway.errors import (
     ResourceFull,
 )
 from sluiceway.naming import DestinationKind, DestinationName
+from sluiceway.store.journal import JournalWriteError
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,10 @@ class Broker:
         # Without a swap area there is nowhere to spill to, so no threshold applies.
         threshold = swap_point(config, policy) if spill is not None else 0
         self.ledger = MemoryLedger(threshold, policy)
+        # The journal's disk (core.disk): always OK for a store without one.
+        self.disk = DiskGuard(
+            self.clock, floor=config.disk_free_limit, backlog_limit=config.disk_backlog_max
+        )
         self.context = Context(self.clock, self.store, self.ledger, spill)
         self.registry = DestinationRegistry(config, self.context)
         self.registry.create(DMQ_NAME, DMQ_SETTINGS)
@@ -123,6 +129,8 @@ class Broker:
             self._next_durable_id = max(self._next_durable_id, record.sub_id)
         self.cursors.restore(recovery.leases.cursors)
         self.leases.restore(recovery.leases)
+        # Measured before the first SEND: a disk already low holds producers from the start.
+        self.store.watch_disk(self.disk)
         return recovery
 
     def _recovered_message(self, message: Message) -> None:
@@ -208,8 +216,9 @@ class Broker:
 
     def tick(self) -> None:
         """Periodic work: reclaim messages held by stalled connections, sweep expired messages,
-        measure memory, expire leases past their lease-ttl, review throttling, refuse SENDs held
-        past their deadline."""
+        keep the journal up (retry the writes that wait for a full disk, measure its free space:
+        core.disk), measure memory, expire leases past their lease-ttl, review throttling, refuse
+        SENDs held past their deadline, and let go those that may go."""
         now = self.clock.monotonic()
         reclaim_after = self.config.stalled_reclaim_ms / 1000
         if reclaim_after > 0:
@@ -255,6 +264,7 @@ class Broker:
         self.config = config
         self.registry.configure(config)
         self.producers.configure(config)
+        self.disk.configure(config.disk_free_limit, config.disk_backlog_max)
         policy = level_policy(config)
         self.ledger.policy = policy
         if self.ledger.threshold:  # swapping is on: the swap point may follow the budget
@@ -394,7 +404,10 @@ class Broker:
         Returns (segments deleted, segments compacted)."""
         for topic in set(self.durables.values()):
             topic.trim()
-        return self.store.compact()
+        try:
+            return self.store.compact()
+        except JournalWriteError as exc:
+            raise ResourceFull(f"disk {self.disk.level.name.lower()}", str(exc)) from None
 
     def sweep_expired(self) -> int:
         """Remove every expired message waiting in a destination; return how many."""

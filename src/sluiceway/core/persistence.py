@@ -20,6 +20,10 @@ SNAPSHOT of that state. Topic cursors and queue leases follow the same two lifet
 lives as long as its message. A segment with no live record is deleted; one that is mostly dead
 is rewritten with its live records only.
 
+A write the disk refuses is survived: its records wait in memory, in order, and the upkeep
+retries it (store.journal); what that means for producers is core.disk's, which the store tells
+what the journal finds (a failed write at once, the free space on each upkeep).
+
 Recovery reads the journal twice: the first pass replays only the bookkeeping (which ADDs are
 still live, how often each was delivered, the durable subscriptions), the second decodes the live
 messages in order and hands them to their destinations, which spill to the swap area as needed,
@@ -34,6 +38,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn, Protocol
 
+from sluiceway.core.clock import SystemClock
+from sluiceway.core.disk import DiskGuard, DiskLevel, observe_journal
 from sluiceway.core.lease_records import (
     STATE_RECORDS,
     CursorRecord,
@@ -74,7 +80,14 @@ from sluiceway.core.records import (
     encode_tx,
 )
 from sluiceway.naming import DestinationName
-from sluiceway.store.journal import CorruptJournal, Journal, JournalError, Position, Record
+from sluiceway.store.journal import (
+    CorruptJournal,
+    Journal,
+    JournalError,
+    JournalWriteError,
+    Position,
+    Record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +196,13 @@ class JournalStore:
         # Messages `added` that were in the journal already (a published stage's, whose
         # STAGE_ADD stands as its ADD): core.stage_journal compares the count around a publish.
         self.adoptions = 0
+        self._disk = DiskGuard(SystemClock())  # the broker's, once it watches this store
+
+    def watch_disk(self, guard: DiskGuard) -> None:
+        """Tell `guard` what the journal finds of its disk, from now on (core.disk)."""
+        self._disk = guard
+        guard.path = str(self.journal.directory)
+        observe_journal(self._disk, self.journal, measure=True)
 
     def set_snapshot(self, snapshot: Snapshot) -> None:
         self._snapshot = snapshot
@@ -435,7 +455,15 @@ class JournalStore:
         tx_lsn = self._buffer_tx(entries)
         # Written now, before anything is published: a disk that refuses the write refuses the
         # COMMIT, rather than frames sent after its messages reached consumers.
-        self.journal.flush()
+        journal = self.journal
+        journal.flush()
+        if adds and journal.write_error is not None:
+            # The journal keeps a failed write's records to write them later: not these, the
+            # COMMIT is refused. (One that only consumes goes on, its records waiting with the
+            # others, as acknowledgements outside a transaction do while the disk is full.)
+            journal.take_back(tx_lsn)
+            observe_journal(self._disk, journal, measure=False)
+            raise journal.waiting_error("write a COMMIT's records")
         self._settle_tx(tx_lsn, entries)
 
     def _buffer_tx(self, entries: list[tuple[RecordType, bytes, Message]]) -> int:
@@ -481,20 +509,40 @@ class JournalStore:
         # A full segment is rotated here, between frames (never inside a transaction), so
         # segments stay near their size whatever the write rate.
         self._write_pending()
-        if self.journal.should_rotate and self._tx is None:
+        journal = self.journal
+        if journal.should_rotate and self._tx is None and journal.write_error is None:
+            self._rotate_if_possible()
+        journal.flush()
+        # The disk guard hears of a failed write at once, and of the free space passing the
+        # floor as the journal's writes estimate it: persistent SENDs are held from the next one.
+        if journal.write_error is not None or journal.bytes_written >= self._disk.low_mark:
+            observe_journal(self._disk, journal, measure=False)
+
+    def _rotate_if_possible(self) -> None:
+        # A refused new segment leaves the journal on the active one, its next records waiting
+        # as after a failed write: the caller's flush tells the disk guard.
+        with contextlib.suppress(JournalWriteError):
             self.rotate()
-        self.journal.flush()
 
     # -- reclaiming disk --------------------------------------------------------------------------
 
     def maintain(self) -> tuple[int, int]:
-        """Rotate a full segment; delete dead segments; compact mostly dead ones.
+        """Write again what waits for the disk; rotate a full segment; delete dead segments;
+        compact mostly dead ones (not under disk pressure: a copy needs room); measure the disk.
 
         Returns (segments deleted, segments compacted).
         """
-        if self.journal.should_rotate:
-            self.rotate()
-        return self._reclaim(force=False)
+        journal = self.journal
+        result = (0, 0)
+        if journal.failure is None:
+            journal.retry_write()
+            if journal.should_rotate and journal.write_error is None:
+                self._rotate_if_possible()
+            result = self._reclaim(force=False)
+            if result[0] and journal.write_error is not None:
+                journal.retry_write()  # the segments just deleted may have made the room
+        observe_journal(self._disk, self.journal, measure=True)
+        return result
 
     def compact(self) -> tuple[int, int]:
         """Rotate, then delete or rewrite every older segment that holds dead records."""
@@ -520,6 +568,9 @@ class JournalStore:
         self.journal.sync_active()
 
     def _reclaim(self, *, force: bool) -> tuple[int, int]:
+        # Under disk pressure only what needs no room goes; emptying a later segment writes a
+        # small file, which may fail, and is tried again at the next upkeep.
+        roomy = force or self._disk.level is DiskLevel.OK
         deleted = compacted = 0
         for info in self.journal.segments():
             base = info.base_lsn
@@ -527,7 +578,12 @@ class JournalStore:
                 continue
             live, total = self._live.live[base], self._live.total[base]
             if live == 0:
-                self.journal.delete_segment(base)
+                try:
+                    self.journal.delete_segment(base)
+                except JournalError:
+                    if roomy or self.journal.failure is not None:
+                        raise
+                    continue
                 # Deleting the oldest segment also removes later ones emptied before: forget
                 # them all, so this loop does not try to delete them again.
                 remaining = {segment.base_lsn for segment in self.journal.segments()}
@@ -535,7 +591,7 @@ class JournalStore:
                     self._live.drop_segment(gone)
                 deleted += 1
             elif (force and live < total) or (
-                live < total * COMPACT_BELOW and info.size >= COMPACT_MIN_BYTES
+                roomy and live < total * COMPACT_BELOW and info.size >= COMPACT_MIN_BYTES
             ):
                 self.journal.rewrite_segment(base, lambda r: self._live.is_live(r.position.lsn))
                 self._live.total[base] = live

@@ -1,8 +1,9 @@
 """The producer side of the broker: admission of new messages, holding and releasing producers.
 
 Every new message passes `admit` (see core.limits for the order of the checks): an administrator's
-pause, JMS IQ Manager throttling (core.throttle) and memory level RED hold the SEND; the system
-limits and a REJECT_NEWEST destination refuse it; REMOVE_OLDEST / REMOVE_LOW_PRIORITY make room by
+pause, JMS IQ Manager throttling (core.throttle), memory level RED and, for a message the journal
+would keep, a disk low or full (core.disk) hold the SEND; a failed journal, the system limits
+and a REJECT_NEWEST destination refuse it; REMOVE_OLDEST / REMOVE_LOW_PRIORITY make room by
 evicting; FLOW_CONTROL holds it until there is room (core.holding).
 
 Held connections are released in the order they were first held (Open MQ resumes paused producers
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 from sluiceway.config import BrokerConfig, LimitBehavior
 from sluiceway.core import dmq
 from sluiceway.core.destination import Destination
+from sluiceway.core.disk import DiskPressure
 from sluiceway.core.holding import HeldProducer, HeldSend, HoldTimes
 from sluiceway.core.limits import (
     Admission,
@@ -57,6 +59,7 @@ class ProducerControl:
         self._broker = broker
         self._context = broker.context
         self._ledger = broker.ledger
+        self._disk = broker.disk
         self._clock = broker.clock
         self.configure(broker.config)
         # Connections with held SENDs, in the order they were first held (insertion order).
@@ -103,7 +106,7 @@ class ProducerControl:
             return self._hold(
                 connection, destination, message, report, connection.held.head().reason, into=into
             )
-        admission = self.admit(destination, message)
+        admission = self.admit(destination, message, journaled=into is not None)
         if admission.verdict is Verdict.HOLD:
             assert admission.error is not None
             return self._hold(connection, destination, message, report, admission.error, into=into)
@@ -143,8 +146,11 @@ class ProducerControl:
         connection.credit = ledger.credit
         connection.credit_bytes = ledger.room_below_red // 4
 
-    def admit(self, destination: Destination, message: Message) -> Admission:
-        """What happens to one more message for `destination` now."""
+    def admit(
+        self, destination: Destination, message: Message, *, journaled: bool = False
+    ) -> Admission:
+        """What happens to one more message for `destination` now. `journaled`: the message is
+        written to the journal even if it is not persistent (a staged one)."""
         if destination.paused_producers:
             return Admission(
                 Verdict.HOLD,
@@ -159,6 +165,10 @@ class ProducerControl:
             return Admission(Verdict.HOLD, self._throttle_error(destination))
         if self._ledger.level is MemoryLevel.RED:
             return Admission(Verdict.HOLD, self._memory_error("producers wait"))
+        disk = self._disk
+        if (disk.holding or disk.refusing) and (message.persistent or journaled):
+            error = disk.hold_error(destination.name.path)
+            return Admission(Verdict.HOLD if disk.holding else Verdict.REJECT, error)
         path, size = destination.name.path, message.size
         try:
             check_system(path, size, self._config, self._context.system)
@@ -249,7 +259,14 @@ class ProducerControl:
         """Refuse a COMMIT whose messages the system limits or a REJECT_NEWEST destination
         would refuse, before any is published (all or nothing). What would be held (FLOW_CONTROL,
         throttled, paused) is accepted: a transaction's size is bounded by
-        imq.transaction.producer.maxNumMsgs, and holding a COMMIT would hold its ACKs too."""
+        imq.transaction.producer.maxNumMsgs, and holding a COMMIT would hold its ACKs too.
+        For that reason a COMMIT that would publish persistent messages while the disk is low,
+        full or failed (core.disk) is refused too."""
+        disk = self._disk
+        if disk.holding or disk.refusing:
+            persistent = next((d for d, m in sends if m.persistent), None)
+            if persistent is not None:
+                raise disk.hold_error(persistent.name.path, held=False)
         system = SystemCounts(self._context.system.count, self._context.system.bytes)
         planned: dict[Destination, Fullness] = {}
         for destination, message in sends:
@@ -324,10 +341,11 @@ class ProducerControl:
         self.hold_times.observe(self._clock.monotonic() - send.since)
 
     def _waiting_for(self, destination: Destination) -> BrokerError | None:
-        """Why a held SEND waits for `destination` itself (not behind another one), if any."""
+        """Why a held SEND waits for `destination` itself (not behind another one, nor for the
+        disk), if any."""
         for connection in self._order:
             head = connection.held.head()
-            if head.destination is destination:
+            if head.destination is destination and not isinstance(head.reason, DiskPressure):
                 return head.reason
         return None
 
@@ -374,7 +392,9 @@ class ProducerControl:
                 released = 0
                 while held and released < batch:
                     send = held.head()
-                    admission = self.admit(send.destination, send.message)
+                    admission = self.admit(
+                        send.destination, send.message, journaled=send.into is not None
+                    )
                     if admission.verdict is Verdict.HOLD:
                         assert admission.error is not None
                         send.reason = admission.error

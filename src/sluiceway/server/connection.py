@@ -189,6 +189,12 @@ class StompProtocol(asyncio.Protocol):
         if not self._not_reading:
             transport.resume_reading()
 
+    def input_may_go_on(self) -> None:
+        """What stopped this connection's input may have cleared (the disk took the journal's
+        records): look again, and read if it has."""
+        if self._input_paused:
+            self._schedule_control()
+
     def _schedule_control(self) -> None:
         if not self._control_scheduled and not self._closed:
             self._control_scheduled = True

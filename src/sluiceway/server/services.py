@@ -5,8 +5,10 @@
 - STOMP over WebSocket (`imq.stomp.ws.port`, wss with `imq.stomp.ws.tls`), when set;
 - the admin endpoint (`imq.admin.http.port`): the HTTP JSON API, the web console, /metrics.
 
-The tick (once a second) runs the core's periodic work, feeds it the bytes waiting in write
-buffers (they count against the memory budget), and samples the metrics.
+The tick (once a second) runs the core's periodic work (which also retries journal writes that
+wait for a full disk, and measures its free space), feeds it the bytes waiting in write buffers
+(they count against the memory budget), reads again the clients it stopped reading while the
+disk could not take the journal's records, and samples the metrics.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class Listener(Protocol):
     def synced(self) -> None: ...
 
     def flush_store(self) -> None: ...
+
+    def resume_input(self) -> None: ...
 
     async def stop(self) -> None: ...
 
@@ -109,7 +113,12 @@ class Services:
         try:
             # The bytes waiting in write buffers count against the memory budget too.
             self.broker.ledger.external = sum(s.write_buffered for s in self.listeners)
-            self.broker.tick()
+            disk = self.broker.disk
+            reading_stopped = disk.reading_stopped
+            self.broker.tick()  # (retries the journal's writes that wait for the disk)
+            if reading_stopped and not disk.reading_stopped:
+                for listener in self.listeners:
+                    listener.resume_input()
             if self.config.metrics_enabled:
                 self.metrics.sample()
             for work in self._on_tick:

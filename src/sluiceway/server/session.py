@@ -130,6 +130,11 @@ class StompSession:
         # A journal position the current frame's RECEIPT must also wait for (besides what the
         # frame itself wrote); set by a handler.
         self._receipt_lsn = 0
+        # Whether the current frame's RECEIPT waits for the records the frame wrote: not for a
+        # non-persistent SEND, which promises nothing durable (the sequence numbers it spoke for
+        # are made durable by whatever later depends on them), so that such producers go on
+        # while the disk cannot take the journal's records (core.disk).
+        self._receipt_durable = True
         # Traffic, for the metrics: frames each way, SENDs handled and MESSAGEs written.
         self.frames_in = self.frames_out = self.sends_in = self.messages_out = 0
         self._on_ready = on_ready
@@ -207,8 +212,11 @@ class StompSession:
     def input_blocked(self) -> bool:
         """Read no further frames for now: the connection holds as many SENDs as it may, or as
         many control frames wait to be written as may (they go once the journal syncs and the
-        client reads)."""
+        client reads), or the journal holds as many records waiting for a full disk as it may
+        (imq.persist.file.disk.backlog.max_size; a CONNECT, which writes none, is still read)."""
         if len(self._control) >= MAX_WAITING_CONTROL:
+            return True
+        if self.broker.disk.reading_stopped and self.state is SessionState.CONNECTED:
             return True
         core = self.core
         return core is not None and bool(core.held) and self.broker.producers.hold_full(core)
@@ -310,6 +318,7 @@ class StompSession:
         store = self.broker.store
         before = store.last_lsn if receipt is not None else 0  # (only a RECEIPT needs it)
         self._receipt_lsn = 0
+        self._receipt_durable = True
         try:
             extra = handler(frame)
         except BrokerError as exc:
@@ -335,7 +344,7 @@ class StompSession:
             return  # the RECEIPT (or the refusal) comes when the held SEND is settled
         if receipt is not None and frame.command not in ("CONNECT", "STOMP"):
             # A frame that wrote to the journal is confirmed once those records are durable.
-            after = store.last_lsn
+            after = store.last_lsn if self._receipt_durable else 0
             lsn = max(after if after > before else 0, self._receipt_lsn)
             self._queue(receipt_frame(receipt, self.version, extra), lsn)
         if frame.command == "DISCONNECT":
@@ -479,10 +488,11 @@ class StompSession:
             report=receipt is not None or request.persistent,
             stage=stage,
         )
-        if sent.held is None:
-            return None
         # A staged message is in the journal whatever its persistence: its RECEIPT waits for it.
         durable = request.persistent or stage is not None
+        if sent.held is None:
+            self._receipt_durable = durable
+            return None
         sent.held.on_done = partial(self._send_settled, receipt, durable)
         return DEFERRED
 

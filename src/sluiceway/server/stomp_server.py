@@ -112,6 +112,11 @@ class StompServer:
         for protocol in waiting:
             protocol.flush_control()
 
+    def resume_input(self) -> None:
+        """Something that stopped reading every connection cleared: look at each again."""
+        for protocol in self._connections:
+            protocol.input_may_go_on()
+
     def connection_opened(self, protocol: StompProtocol) -> None:
         self._connections.add(protocol)
         self._all_closed.clear()

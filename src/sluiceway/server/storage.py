@@ -29,6 +29,7 @@ from sluiceway.store.journal import (
     SEGMENT_HEADER_SIZE,
     CorruptJournal,
     Journal,
+    JournalWriteError,
     RecoveryReport,
     SyncPolicy,
 )
@@ -147,13 +148,19 @@ class Storage:
         return broker, recovery
 
     def close(self) -> None:
-        self.store.close()
-        if self.swap is not None:
-            self.swap.close()
-        if self._lock_file is not None:
-            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-            self._lock_file.close()
-            self._lock_file = None
+        try:
+            self.store.close()
+        except JournalWriteError as exc:
+            # The disk still refuses the journal's last records: they are lost, and nothing a
+            # client was told rests on them (RECEIPTs wait for their records).
+            log.error("journal: %s", exc)  # noqa: TRY400  (the message says it all)
+        finally:
+            if self.swap is not None:
+                self.swap.close()
+            if self._lock_file is not None:
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+                self._lock_file.close()
+                self._lock_file = None
 
 
 def _log_recovery(store: JournalStore, recovery: Recovery) -> None:

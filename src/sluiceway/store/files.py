@@ -59,6 +59,10 @@ class Files(Protocol):
 
     def exists(self, path: Path) -> bool: ...
 
+    def free_space(self, path: Path) -> tuple[int, int]:
+        """(bytes free for this process, bytes in all) on the file system holding `path`."""
+        ...
+
 
 class OsFiles:
     """The operating system's files."""
@@ -99,6 +103,11 @@ class OsFiles:
 
     def exists(self, path: Path) -> bool:
         return path.exists()
+
+    def free_space(self, path: Path) -> tuple[int, int]:
+        # f_bavail, not f_bfree: the blocks reserved for root are not the broker's to use.
+        stat = os.statvfs(path)
+        return stat.f_bavail * stat.f_frsize, stat.f_blocks * stat.f_frsize
 
 
 OS_FILES = OsFiles()

@@ -49,6 +49,13 @@ record, is reported and removed. Any other segment that ends inside its header, 
 overlap between the LSNs of consecutive segments, is corruption. "Saved aside" means copied to
 `discarded/` and fsynced before anything is cut: recovery never deletes unsaved data.
 
+A failed write (ENOSPC, EDQUOT, EFBIG, EIO) is survived: whatever part of it reached the file
+is cut off again (back to the end of the last record written whole), and its records stay
+buffered, in order, at the offsets they were given; appends go on into the buffer, `flush` writes
+nothing, and `retry_write` tries again (`write_error` says why the journal waits). No new
+segment is started meanwhile: the buffered records belong to the active one. A failed fsync is
+not survived (see `_fsync_failed`), nor a write whose partial bytes cannot be cut off.
+
 Durability: under every policy a segment is fsynced before the next segment's file is created
 (the new file and the directory are fsynced too), so a later segment on disk proves every earlier
 one complete: a gap in the LSNs between segments is corruption, never the trace of a crash. Under
@@ -163,6 +170,11 @@ class RecoveryReport:
 
 class JournalError(SluicewayError):
     """The journal cannot do what was asked; the message says why and what to do."""
+
+
+class JournalWriteError(JournalError):
+    """A write failed and its records wait in memory (`Journal.write_error`): what was asked
+    needs them on disk first. Free space, then `retry_write`."""
 
 
 class CorruptJournal(JournalError):
@@ -412,6 +424,9 @@ class Journal:
         self._failed = self._recover_called = self._closed = False
         self._segments: dict[int, _Segment] = {}  # by base LSN, oldest first, the active one last
         self._chunks: list[bytes] = []
+        # Why the buffered records could not be written (None: they can); see the module doc.
+        self._write_error: OSError | None = None
+        self._bytes_written = 0  # to the active segments since the journal opened (estimates)
         self._next_lsn, self._reported_lsn = 1, 0  # _reported_lsn: the last passed to on_synced
         self._active_base = 0
         self._end = self._written_end = 0  # bytes in the active segment: appended, written
@@ -636,10 +651,24 @@ class Journal:
             self._files.close(fd)
             if not isinstance(error, OSError):
                 raise
-            self._unlink(path)  # a partial header in the middle would read as a gap on recovery
-            raise JournalError(f"cannot create segment {path}: {error}") from error
+            self._drop_new_segment(path, error)
+            refused = JournalWriteError(f"cannot create segment {path}: {error}")
+            refused.__cause__ = error  # set, not `raise from`: compiled code ignores `from`
+            raise refused  # noqa: B904  (the cause is set on the line above)
         self._segments[base] = _Segment(base, path, _HEADER.size)
         return fd
+
+    def _drop_new_segment(self, path: Path, error: OSError) -> None:
+        """A partial header left between segments would read as an overlap on recovery: it goes,
+        or the journal stops."""
+        try:
+            self._files.remove(path)
+        except OSError as cut:
+            message = (
+                f"creating {path} failed ({error}), and removing it failed too ({cut}): fix the"
+                " disk, move the file out of the journal directory and restart the broker"
+            )
+            raise self._fail(message, cut) from error
 
     # -- appending -----------------------------------------------------------------------------
 
@@ -700,21 +729,38 @@ class Journal:
         )
 
     def flush(self) -> int:
-        """Hand every buffered record to the OS in one write; return the last LSN written."""
+        """Hand every buffered record to the OS in one write; return the last LSN written.
+
+        While a failed write's records wait (`write_error`), nothing is written: `retry_write`.
+        """
         if self._blocked is not None:
             self._refuse()
-        if not self._chunks:
-            return self._written_lsn
-        data, self._chunks, lsn = b"".join(self._chunks), [], self._next_lsn - 1
+        if self._chunks and self._write_error is None:
+            self._write_buffered()
+        return self._written_lsn
+
+    def retry_write(self) -> bool:
+        """Write the records that wait since a write failed; True once none waits (False: the
+        write failed again, and `write_error` says how)."""
+        if self._blocked is not None:
+            self._refuse()
+        if self._write_error is None:
+            return True
+        # (Not read again below: compiled code would take it for the None assigned here.)
+        self._write_error = None
+        return not self._chunks or self._write_buffered()
+
+    def _write_buffered(self) -> bool:
+        """Write the buffered records; False when the write failed (they wait, see _stall)."""
+        data, lsn = b"".join(self._chunks), self._next_lsn - 1
+        self._chunks = [data]  # kept until written: a failed write leaves them, in order
         try:
             _write_all(self._files, self._active_fd, data)
         except OSError as error:
-            path = self._segments[self._active_base].path
-            message = (
-                f"writing {len(data)} bytes to {path} failed ({error}); it may end with a partial"
-                " record, so the journal accepts no more: fix the disk and restart the broker"
-            )
-            raise self._fail(message, error) from error
+            self._stall(len(data), error)
+            return False
+        self._chunks = []
+        self._bytes_written += len(data)
         self._written_end = self._end
         if self._sync is SyncPolicy.GROUP:
             with self._cond:
@@ -724,14 +770,86 @@ class Journal:
                 self._written_lsn, self._dirty = lsn, True
                 if wake:
                     self._cond.notify()
-            return lsn
+            return True
         self._written_lsn = lsn
         if self._sync is SyncPolicy.ALWAYS:
             self._sync_fd(self._active_fd, self._segments[self._active_base].path)
         self._synced_lsn = self._reported_lsn = lsn
         if self._on_synced is not None:
             self._on_synced(lsn)
-        return lsn
+        return True
+
+    def take_back(self, lsn: int) -> None:
+        """Unbuffer the records from `lsn` on, none of them written: a unit whose writer gives
+        up on it because the disk refused it (a COMMIT refused, which must not be written
+        later). The records before it still wait, and `lsn` is the next LSN again."""
+        if not self._written_lsn < lsn <= self._next_lsn:
+            raise JournalError(
+                f"records from {lsn} cannot be taken back: only unwritten ones can"
+                f" ({self._written_lsn + 1} to {self._next_lsn - 1})"
+            )
+        data, offset = b"".join(self._chunks), 0
+        for _ in range(lsn - self._written_lsn - 1):  # (each record's length, then its bytes)
+            offset += _RECORD.size + _LEN_CRC.unpack_from(data, offset)[0]
+        self._chunks = [data[:offset]] if offset else []
+        self._end, self._next_lsn = self._written_end + offset, lsn
+
+    def _stall(self, size: int, error: OSError) -> None:
+        """A write failed. Cut off what of it reached the file, so that the file ends with a
+        whole record (else recovery would cut it as a torn tail, and a retry, appending, would
+        leave it in the middle); the records then wait to be written at the offsets they have."""
+        path = self._segments[self._active_base].path
+        try:
+            self._files.truncate(self._active_fd, self._written_end)
+        except OSError as cut:
+            message = (
+                f"writing {size} bytes to {path} failed ({error}), and cutting off what it wrote"
+                f" failed too ({cut}): the segment may end with a partial record, so the journal"
+                " accepts no more; fix the disk and restart the broker (recovery cuts it off)"
+            )
+            failure = self._fail(message, cut)
+            failure.__cause__ = error  # set, not `raise from`: compiled code ignores `from`
+            raise failure  # noqa: B904  (the cause is set on the line above)
+        self._write_error = error
+
+    def waiting_error(self, what: str) -> JournalWriteError:
+        """The refusal of `what`, which needs the records that wait for the disk written first."""
+        error = self._write_error
+        refused = JournalWriteError(
+            f"cannot {what}: {self._end - self._written_end} bytes of records wait to be written"
+            f" to {self._segments[self._active_base].path} since a write failed ({error}); free"
+            " space on that disk (the records are kept in memory and written when it takes them)"
+        )
+        refused.__cause__ = error
+        return refused
+
+    @property
+    def write_error(self) -> OSError | None:
+        """Why records wait in memory for the disk (the last failed write), or None."""
+        return self._write_error
+
+    @property
+    def waiting_bytes(self) -> int:
+        """Bytes of records appended and not yet written (buffered, or waiting for the disk)."""
+        return self._end - self._written_end
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes of records written since the journal opened (grows by each write)."""
+        return self._bytes_written
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    def free_space(self) -> tuple[int, int]:
+        """(bytes free for the broker, bytes in all) on the disk holding the journal."""
+        return self._files.free_space(self._directory)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the journal stopped for good (a failed fsync...), or None while it works."""
+        return self._blocked if self._failed else None
 
     @property
     def buffered(self) -> bool:
@@ -793,16 +911,27 @@ class Journal:
     def rotate(self) -> int:
         """Flush, then start a new active segment at next_lsn; return its base LSN.
 
-        An active segment without records is kept: its base already is next_lsn.
+        An active segment without records is kept: its base already is next_lsn. Refused
+        (JournalWriteError) while records wait for the disk: they belong to the active segment.
+        When the new segment cannot be created the active one stays, and so do the records
+        appended next, waiting as after a failed write.
         """
         self.flush()
+        if self._write_error is not None:
+            raise self.waiting_error("start a new segment")
         if self._end == _HEADER.size:
             return self._active_base
         old = self._segments[self._active_base]
         if self._sync is not SyncPolicy.ALWAYS:  # (which synced it in flush)
             self._sync_fd(self._active_fd, old.path)  # complete on disk before a later segment
-        old.size, base = self._end, self._next_lsn
-        fd = self._create_segment(base)
+        base = self._next_lsn
+        try:
+            fd = self._create_segment(base)
+        except JournalWriteError as refused:
+            cause = refused.__cause__
+            self._write_error = cause if isinstance(cause, OSError) else OSError(str(refused))
+            raise
+        old.size = self._end
         with self._cond:
             old_fd, self._active_fd = self._active_fd, fd
             if self._sync is SyncPolicy.GROUP:
@@ -1053,15 +1182,21 @@ class Journal:
     def close(self) -> None:
         """Flush, make durable (except under OS), stop the fsync thread, close the files.
 
-        Raises JournalError if the journal failed, even when an append already reported it.
+        Raises JournalError if the journal failed, even when an append already reported it,
+        and JournalWriteError if records still wait for the disk after a last try (they are
+        lost; nothing that waited for them was confirmed).
         """
         if self._closed:
             return
         self._closed = True
+        unwritten: JournalWriteError | None = None
         try:
             if self._blocked is None:
+                self.retry_write()
                 self.flush()
                 self.sync_round()  # (without the GROUP thread; otherwise it runs the last round)
+                if self._write_error is not None:
+                    unwritten = self._lost_on_close()
         finally:
             stopped = self._stop_thread()
             with self._cond:
@@ -1077,6 +1212,19 @@ class Journal:
             )
         if self._failed:
             self._refuse()
+        if unwritten is not None:
+            raise unwritten
+
+    def _lost_on_close(self) -> JournalWriteError:
+        error = self._write_error
+        lost = JournalWriteError(
+            f"closed with records {self._written_lsn + 1} to {self._next_lsn - 1}"
+            f" ({self.waiting_bytes} bytes) never written to"
+            f" {self._segments[self._active_base].path}: the disk refused them ({error}); no"
+            " client was told they were kept (a RECEIPT waits for its records)"
+        )
+        lost.__cause__ = error
+        return lost
 
     def _stop_thread(self) -> bool:
         if self._syncer is None:

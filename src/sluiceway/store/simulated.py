@@ -18,7 +18,8 @@ behaves, so that a test can crash the journal anywhere and check what recovery m
   recovery itself.
 - `fault` makes operations raise the `OSError` a disk gives: a failed fsync (EIO), a full disk
   (ENOSPC), a failed write (EIO). `capacity` is the disk's size in bytes, counted over every
-  file's current content: a write stores what fits (a short write), the next one fails.
+  file's current content: a write stores what fits (a short write), the next one fails; what
+  is left is what `free_space` reports, as statvfs would.
 
 Directories are created by `names` and `make_directory` and are never lost in a crash.
 """
@@ -34,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluiceway.store.files import Data
+
+UNLIMITED = 1 << 50  # bytes: the size free_space reports for a disk without a capacity
 
 # A fault hook: (operation, path) -> the error to raise, or None. Operations: "open", "write",
 # "fsync", "truncate", "replace", "remove".
@@ -210,6 +213,12 @@ class SimulatedDisk:
                 return True
             directory = self._directories.get(path.parent)
             return directory is not None and path.name in directory.entries
+
+    def free_space(self, path: Path) -> tuple[int, int]:
+        """What `capacity` leaves; without one, a disk far larger than any test writes."""
+        with self._lock:
+            capacity = UNLIMITED if self.capacity is None else self.capacity
+            return max(0, capacity - self.used()), capacity
 
     # -- what tests do with it -------------------------------------------------------------------
 
