@@ -182,6 +182,10 @@ class JournalStore:
         # State records (SEQ, DURABLE, CURSOR, STAGE_OPEN...) since the last rotation, by the
         # snapshot record that restates them at the start of the next segment.
         self._meta: dict[RecordType, list[int]] = {}
+        # State records the last rotation's snapshots restate: they die once the snapshots are
+        # on disk (LSN _restated), and not before, so the upkeep cannot reclaim them sooner.
+        self._superseded: list[int] = []
+        self._restated = 0
         self._tx: list[tuple[RecordType, bytes, Message]] | None = None
         self._extensions: list[JournalExtension] = []
         self._extension_of: dict[int, JournalExtension] = {}  # by record type
@@ -196,6 +200,7 @@ class JournalStore:
         # Messages `added` that were in the journal already (a published stage's, whose
         # STAGE_ADD stands as its ADD): core.stage_journal compares the count around a publish.
         self.adoptions = 0
+        self.changes = 0  # grows with every record appended or gathered into a run
         self._disk = DiskGuard(SystemClock())  # the broker's, once it watches this store
 
     def watch_disk(self, guard: DiskGuard) -> None:
@@ -220,6 +225,7 @@ class JournalStore:
     def _append(self, record_type: RecordType, payload: bytes) -> int:
         if self._run or self._removes:
             self._write_pending()
+        self.changes += 1
         return self.journal.add(record_type, payload)
 
     def _write_pending(self) -> None:
@@ -286,6 +292,7 @@ class JournalStore:
             if self._run:
                 self._write_run()  # it may mark this message, by the location cleared below
             self._removes.append((location, message.marks))
+            self.changes += 1
             message.location = 0
             message.marks = None
             if len(self._removes) >= RUN_MAX:
@@ -309,6 +316,7 @@ class JournalStore:
         that the next record or flush writes)."""
         if message.location:
             self._run.append(message)
+            self.changes += 1
             if len(self._run) >= RUN_MAX:
                 self._write_run()
 
@@ -472,6 +480,7 @@ class JournalStore:
         self._write_pending()  # (records of what happened before: they stand either way)
         records = [(RecordType.TX, encode_tx(len(entries)))]
         records += [(record_type, payload) for record_type, payload, _ in entries]
+        self.changes += 1
         return self.journal.add_all(records)
 
     def _settle_tx(self, tx_lsn: int, entries: list[tuple[RecordType, bytes, Message]]) -> None:
@@ -554,20 +563,30 @@ class JournalStore:
         base = self.journal.rotate()
         self._live.add_segment(base)
         for lsns in self._meta.values():
-            for lsn in lsns:
-                self._live.kill(lsn)  # superseded by the snapshots that start the new segment
+            self._superseded += lsns  # restated by the snapshots that start the new segment
         self._meta = {}
         if self._snapshot is not None:
             seqs, durables = self._snapshot()
             self._meta_record(RecordType.SNAPSHOT, encode_snapshot(seqs, durables))
         for part in self._snapshot_parts:
             self._meta_record(*part())
+        self._restated = self.last_lsn
         # On disk now, whatever the sync policy: the upkeep may delete or compact the old
-        # segments, whose state records the snapshot replaces, right after this; a power cut
-        # must not find them gone and the snapshot not yet written.
+        # segments once the state records the snapshots restate die, and a power cut must not
+        # find them gone and the snapshots not yet written.
         self.journal.sync_active()
+        self._bury()
+
+    def _bury(self) -> None:
+        """The state records the last snapshots restate die, once those are on disk (a write
+        the disk refused leaves them waiting: the older records stay live meanwhile)."""
+        if self._superseded and self.journal.synced_lsn >= self._restated:
+            for lsn in self._superseded:
+                self._live.kill(lsn)
+            self._superseded = []
 
     def _reclaim(self, *, force: bool) -> tuple[int, int]:
+        self._bury()
         # Under disk pressure only what needs no room goes; emptying a later segment writes a
         # small file, which may fail, and is tried again at the next upkeep.
         roomy = force or self._disk.level is DiskLevel.OK
