@@ -84,6 +84,8 @@ class Client:
     subs: dict[str, Sub] = field(default_factory=dict)
     txs: dict[str, Tx] = field(default_factory=dict)
     pending: dict[str, Op] = field(default_factory=dict)  # by receipt id
+    # Ops sent since the last RECEIPT, in order: a RECEIPT confirms every one before it.
+    unconfirmed: list[Op] = field(default_factory=list)
 
     @property
     def client_id(self) -> str:
@@ -177,6 +179,7 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
         client.subs.clear()
         client.txs.clear()
         client.pending.clear()
+        client.unconfirmed.clear()
         client.link = None
 
     def act(self, action: Callable[[], object], op: Op | None = None) -> None:
@@ -222,10 +225,12 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
         if link is None:
             return
         headers = dict(headers)
+        op = op or Op(command)
         if receipt:
             receipt_id = f"r{next(self.ids)}"
             headers["receipt"] = receipt_id
-            client.pending[receipt_id] = op or Op(f"{command} {receipt_id}")
+            client.pending[receipt_id] = op
+        client.unconfirmed.append(op)
         self.act(lambda: link.send(command, headers, body), op)
 
     def collect(self) -> None:
@@ -242,9 +247,12 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
     def received(self, client: Client, frame: Frame) -> None:
         if frame.command == "RECEIPT":
             op = client.pending.pop(frame.headers["receipt-id"], None)
-            if op is not None:
-                op.confirmed = True
+            if op is not None and op in client.unconfirmed:
                 FIGURES["receipts"] += 1
+                confirmed = client.unconfirmed.index(op) + 1
+                for earlier in client.unconfirmed[:confirmed]:
+                    earlier.confirmed = True  # a receipt confirms everything before it
+                del client.unconfirmed[:confirmed]
             self.captured.append(frame)
         elif frame.command == "ERROR":
             op = client.pending.pop(frame.headers.get("receipt-id", ""), None)

@@ -91,6 +91,12 @@ class MessageStore(Protocol):
         """Records appended and not yet handed to the operating system."""
         ...
 
+    @property
+    def changes(self) -> int:
+        """Grows with every record appended (or gathered to be written as part of one): a
+        caller compares it around an operation to learn whether that wrote anything."""
+        ...
+
     def request_sync(self, lsn: int) -> None:
         """A frame waits until the records up to `lsn` are durable: sync them soon."""
         ...
@@ -175,6 +181,10 @@ class MemoryStore:
     @property
     def buffered(self) -> bool:
         return False
+
+    @property
+    def changes(self) -> int:
+        return 0
 
     def request_sync(self, lsn: int) -> None:
         pass  # nothing is ever waited for

@@ -135,6 +135,10 @@ class StompSession:
         # are made durable by whatever later depends on them), so that such producers go on
         # while the disk cannot take the journal's records (core.disk).
         self._receipt_durable = True
+        # A frame without a receipt left records that are not durable yet: the next RECEIPT
+        # waits for them too ("a receipt confirms everything before it"; a DISCONNECT with a
+        # receipt after SENDs without one is how a STOMP client makes sure of them).
+        self._owed = False
         # Traffic, for the metrics: frames each way, SENDs handled and MESSAGEs written.
         self.frames_in = self.frames_out = self.sends_in = self.messages_out = 0
         self._on_ready = on_ready
@@ -317,6 +321,7 @@ class StompSession:
             return
         store = self.broker.store
         before = store.last_lsn if receipt is not None else 0  # (only a RECEIPT needs it)
+        changes = store.changes
         self._receipt_lsn = 0
         self._receipt_durable = True
         try:
@@ -342,10 +347,15 @@ class StompSession:
             return
         if extra is DEFERRED:
             return  # the RECEIPT (or the refusal) comes when the held SEND is settled
-        if receipt is not None and frame.command not in ("CONNECT", "STOMP"):
-            # A frame that wrote to the journal is confirmed once those records are durable.
-            after = store.last_lsn if self._receipt_durable else 0
-            lsn = max(after if after > before else 0, self._receipt_lsn)
+        if receipt is None:
+            if self._receipt_durable and store.changes != changes:
+                self._owed = True
+        elif frame.command not in ("CONNECT", "STOMP"):
+            # A frame that wrote to the journal is confirmed once those records are durable,
+            # and so is every earlier frame of this connection.
+            owed, self._owed = self._owed, False
+            after = store.last_lsn if self._receipt_durable or owed else 0
+            lsn = max(after if after > before or owed else 0, self._receipt_lsn)
             self._queue(receipt_frame(receipt, self.version, extra), lsn)
         if frame.command == "DISCONNECT":
             self._close()
