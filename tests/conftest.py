@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 import pytest
+from hypothesis import settings
 
 from sluiceway.testing import BrokerThread
 
 BrokerFactory = Callable[..., BrokerThread]
+
+# Property tests are bounded by their example counts and the suite's timeouts, never by the time
+# one example takes: Hypothesis's default 200 ms deadline fails them on a loaded machine.
+settings.register_profile("sluiceway", deadline=None)
+settings.load_profile("sluiceway")
 
 
 @pytest.fixture
