@@ -135,6 +135,20 @@ class RawClient:
         self.messages.clear()
         return taken
 
+    def consume_all(self, destination: str, sub_id: str = "drain") -> list[Frame]:
+        """SUBSCRIBE and take every message until none comes, acknowledging each; the
+        subscription stays."""
+        self.subscribe(destination, sub_id)
+        got: list[Frame] = []
+        while True:
+            self.sync()
+            messages = self.drain()
+            if not messages:
+                return got
+            for message in messages:
+                got.append(message)
+                self.ack(message)
+
     def expect_closed(self, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (timeout or self.timeout)
         try:

@@ -10,55 +10,20 @@ again nothing of it is there.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import stomp.exception
 
 from sluiceway.protocol.codec import encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
 from sluiceway.testing import BrokerProcess
-from tests.e2e.rawclient import RawClient
 from tests.e2e.stomppy import connect, subscribe, sync
+from tests.persistence.raw import client, drain
 
 OUT = "/queue/out"
 IN = "/queue/in"
 TOO_LATE = "99999999999999999999"  # the issue's expires: beyond the 64-bit integer kept
 RANGE = "0 to 9223372036854775807"
-
-_opened: list[RawClient] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _opened:
-        _opened.pop().close()
-
-
-def client(port: int, **headers: str) -> RawClient:
-    raw = RawClient(port)
-    _opened.append(raw)
-    raw.connect(**headers)
-    return raw
-
-
-def drain(port: int, destination: str) -> list[tuple[bytes, str]]:
-    """(body, redelivered) of everything a fresh consumer gets, acknowledged as it goes."""
-    raw = client(port)
-    raw.subscribe(destination, "drain")
-    got = []
-    while True:
-        raw.sync()
-        messages = raw.drain()
-        if not messages:
-            break
-        for message in messages:
-            got.append((message.body, message.headers["redelivered"]))
-            raw.ack(message)
-    raw.close()
-    return got
 
 
 def frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -18,23 +17,9 @@ from sluiceway.testing import BrokerProcess, BrokerThread
 from tests.e2e.rawclient import ConnectionClosed, RawClient
 from tests.e2e.reading import commit, end_lease, read, read_cursor, read_lease, send
 from tests.e2e.support import wait_until
+from tests.persistence.raw import client
 
 Q, T = "/queue/work", "/topic/feed"
-_opened: list[RawClient] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _opened:
-        _opened.pop().close()
-
-
-def client(port: int, timeout: float = 5.0) -> RawClient:
-    raw = RawClient(port, timeout=timeout)
-    _opened.append(raw)
-    raw.connect()
-    return raw
 
 
 def seen(messages: list[Frame]) -> list[tuple[bytes, str, str, str]]:

@@ -6,7 +6,7 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,45 +16,8 @@ from sluiceway.core.destination import Topic
 from sluiceway.core.persistence import JournalStore
 from sluiceway.naming import DestinationKind, DestinationName
 from sluiceway.testing import BrokerProcess, BrokerThread
-from tests.e2e.rawclient import RawClient
 from tests.e2e.stomppy import connect, subscribe, sync, with_receipt
-
-_opened: list[RawClient] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    yield
-    while _opened:
-        _opened.pop().close()
-
-
-def client(port: int, **headers: str) -> RawClient:
-    raw = RawClient(port)
-    _opened.append(raw)
-    raw.connect(**headers)
-    return raw
-
-
-def send(raw: RawClient, destination: str, body: bytes, **headers: str) -> None:
-    raw.request("SEND", {"destination": destination, **headers}, body)
-
-
-def drain(port: int, destination: str) -> list[tuple[bytes, str]]:
-    """(body, redelivered) of everything a fresh consumer gets, acknowledged as it goes."""
-    raw = client(port)
-    raw.subscribe(destination, "drain")
-    got = []
-    while True:
-        raw.sync()
-        messages = raw.drain()
-        if not messages:
-            break
-        for message in messages:
-            got.append((message.body, message.headers["redelivered"]))
-            raw.ack(message)
-    raw.close()
-    return got
+from tests.persistence.raw import client, drain, send
 
 
 def test_persistent_messages_survive_a_restart_and_others_do_not(tmp_path: Path) -> None:

@@ -10,40 +10,22 @@ wrote: a DISCONNECT's receipt went out at once, and a power cut then lost the SE
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sluiceway.store.simulated import SimulatedDisk
-from sluiceway.testing import FakeClock
-from tests.persistence.inprocess import Node
-
-_started: list[Node] = []
-
-
-@pytest.fixture(autouse=True)
-def _stop_nodes() -> Iterator[None]:
-    yield
-    for node in _started:
-        if node.running:
-            node.abandon()
-    _started.clear()
-
-
-def start(root: Path, disk: SimulatedDisk, policy: str) -> Node:
-    node = Node(root, disk, FakeClock(), {"imq.persist.file.sync.policy": policy})
-    _started.append(node)
-    return node
+from tests.persistence.conftest import StartNode
 
 
 @pytest.mark.parametrize("policy", ["group", "always"])
 @pytest.mark.parametrize("last", ["DISCONNECT", "SUBSCRIBE", "BEGIN"])
 def test_a_receipt_waits_for_the_records_of_the_frames_before_it(
-    tmp_path: Path, policy: str, last: str
+    tmp_path: Path, start_node: StartNode, policy: str, last: str
 ) -> None:
     disk = SimulatedDisk()
-    node = start(tmp_path, disk, policy)
+    properties = {"imq.persist.file.sync.policy": policy}
+    node = start_node(tmp_path, disk, properties)
     link = node.connect("producer")
     link.take()
     for body in (b"one", b"two"):
@@ -56,5 +38,5 @@ def test_a_receipt_waits_for_the_records_of_the_frames_before_it(
     assert [f.command for f in link.take()] == ["RECEIPT"]
     node.abandon()
     disk.crash(random.Random(3), power=True)
-    node = start(tmp_path, disk, policy)
+    node = start_node(tmp_path, disk, properties)
     assert sum(node.recovery.messages.values()) == 2

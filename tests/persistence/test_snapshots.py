@@ -11,35 +11,14 @@ older records of the snapshots not written for dead too.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from sluiceway.core.records import RecordType
 from sluiceway.store.simulated import SimulatedDisk
-from sluiceway.testing import FakeClock
+from tests.persistence.conftest import StartNode
 from tests.persistence.inprocess import Link, Node
 
 PROPERTIES = {"imq.persist.file.sync.policy": "group", "imq.persist.file.segment.size": "1k"}
-_started: list[Node] = []
-
-
-@pytest.fixture(autouse=True)
-def _stop_nodes() -> Iterator[None]:
-    yield
-    for node in _started:
-        if node.running:
-            node.abandon()
-    _started.clear()
-
-
-def start(
-    tmp_path: Path, disk: SimulatedDisk, clock: FakeClock, properties: dict[str, str] = PROPERTIES
-) -> Node:
-    node = Node(tmp_path, disk, clock, properties)
-    _started.append(node)
-    return node
 
 
 def request(
@@ -69,10 +48,10 @@ def published(node: Node) -> list[bytes]:
 
 
 def test_a_snapshot_is_on_disk_before_the_records_it_replaces_are_reclaimed(
-    tmp_path: Path,
+    tmp_path: Path, start_node: StartNode
 ) -> None:
-    disk, clock = SimulatedDisk(), FakeClock()
-    node = start(tmp_path, disk, clock)
+    disk = SimulatedDisk()
+    node = start_node(tmp_path, disk, PROPERTIES)
     stage_one(node)  # its STAGE_OPEN is state, restated by each new segment's STAGE_SNAPSHOT
     for _ in range(3):
         node.store.compact()  # rotate (snapshots written), then reclaim what they replace
@@ -81,14 +60,16 @@ def test_a_snapshot_is_on_disk_before_the_records_it_replaces_are_reclaimed(
     assert RecordType.STAGE_OPEN not in kinds  # compacted away: the snapshots restate it
     node.abandon()
     disk.crash(random.Random(1), power=True)  # nothing synced since the last compaction
-    node = start(tmp_path, disk, clock)
+    node = start_node(tmp_path, disk, PROPERTIES)
     assert published(node) == [b"staged"]
 
 
-def test_a_rotation_cut_short_keeps_the_older_state_it_did_not_restate(tmp_path: Path) -> None:
-    disk, clock = SimulatedDisk(), FakeClock()
+def test_a_rotation_cut_short_keeps_the_older_state_it_did_not_restate(
+    tmp_path: Path, start_node: StartNode
+) -> None:
+    disk = SimulatedDisk()
     properties = {**PROPERTIES, "imq.persist.file.segment.size": "2m"}
-    node = start(tmp_path, disk, clock, properties)
+    node = start_node(tmp_path, disk, properties)
     link = stage_one(node)  # segment A: its STAGE_OPEN, and the staged message
     link.send("SUBSCRIBE", {"destination": "/queue/gone", "id": "s", "ack": "auto"})
     for i in range(1200):  # segment A, mostly dead: worth compacting
@@ -102,9 +83,9 @@ def test_a_rotation_cut_short_keeps_the_older_state_it_did_not_restate(tmp_path:
     disk.crash(random.Random(2), power=False)
     segment = node.journal.segment_path(segments[-1])
     disk.cut(segment, snapshots[-1].position.offset + 5)  # C's STAGE_SNAPSHOT torn
-    node = start(tmp_path, disk, clock, properties)
+    node = start_node(tmp_path, disk, properties)
     assert node.journal.report.torn  # (what recovery cut)
     assert node.store.maintain() == (0, 1)  # A compacted (its STAGE_OPEN dropped); B kept
     node.stop()
-    node = start(tmp_path, disk, clock, properties)
+    node = start_node(tmp_path, disk, properties)
     assert published(node) == [b"staged"]

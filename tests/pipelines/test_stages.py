@@ -51,16 +51,7 @@ def commit(raw: RawClient, batch: str, tasks: str) -> Frame:
 
 def drain(raw: RawClient, destination: str = QUEUE) -> list[Frame]:
     """Everything a consumer gets until the queue is empty, acknowledged as it goes."""
-    raw.subscribe(destination, "drain")
-    got: list[Frame] = []
-    while True:
-        raw.sync()
-        messages = raw.drain()
-        if not messages:
-            break
-        for message in messages:
-            got.append(message)
-            raw.ack(message)
+    got = raw.consume_all(destination)
     raw.request("UNSUBSCRIBE", {"id": "drain"})
     return got
 
