@@ -215,7 +215,7 @@ class Observer:
             for task in tasks:
                 for message, _ in batch.staged.get(task, []):
                     if message.body in published:
-                        self.ledger.slots[(STAGED, message.body)] = Slot(message, STAGED, [KEPT])
+                        self.ledger.add(Slot(message, STAGED, [KEPT]))
         batches.clear()
         self.pipeline.batch = max(self.pipeline.batch, 1) + 1
 
