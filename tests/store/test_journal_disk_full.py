@@ -187,6 +187,29 @@ def test_a_segment_that_cannot_be_created_leaves_the_active_one() -> None:
     assert sorted(disk.files(DIRECTORY)) == [SEGMENT.name, f"{3:020d}.log"]
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_the_file_of_a_segment_that_could_not_be_created_stays_gone_after_a_power_cut(
+    seed: int,
+) -> None:
+    """Its records go to the old segment under the LSNs the new one would have started at: a
+    file of that name back after a power cut would overlap them, and stop recovery."""
+    disk = SimulatedDisk()
+    journal, _ = open_journal(disk, SyncPolicy.ALWAYS)
+    journal.append(1, b"a")
+    journal.flush()
+    disk.capacity = disk.used() + 10
+    with pytest.raises(JournalWriteError):
+        journal.rotate()
+    disk.capacity = None
+    assert journal.retry_write()
+    journal.append(1, b"b")  # LSN 2, in segment 1: the base the new segment would have had
+    journal.flush()
+    disk.crash(random.Random(seed), power=True)
+    journal, records = open_journal(disk, SyncPolicy.ALWAYS)
+    assert records == [b"a", b"b"]
+    journal.close()
+
+
 def test_a_unit_refused_by_the_disk_can_be_taken_back() -> None:
     disk = SimulatedDisk()
     journal, _ = open_journal(disk)

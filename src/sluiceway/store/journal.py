@@ -660,7 +660,8 @@ class Journal:
 
     def _drop_new_segment(self, path: Path, error: OSError) -> None:
         """A partial header left between segments would read as an overlap on recovery: it goes,
-        or the journal stops."""
+        durably (the records that follow go to the old segment, under the same LSNs), or the
+        journal stops."""
         try:
             self._files.remove(path)
         except OSError as cut:
@@ -669,6 +670,7 @@ class Journal:
                 " disk, move the file out of the journal directory and restart the broker"
             )
             raise self._fail(message, cut) from error
+        self._sync_dir(self._directory)  # (a failed fsync stops the journal: it says so)
 
     # -- appending -----------------------------------------------------------------------------
 
