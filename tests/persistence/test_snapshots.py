@@ -1,5 +1,7 @@
-"""The state a new segment restates (sequence numbers, durable subscriptions, cursors, leases,
-stages) survives the upkeep deleting what it replaces, and a rotation a crash cut short.
+"""The upkeep reclaims only what is dead on disk: the state a new segment restates (sequence
+numbers, durable subscriptions, cursors, leases, stages) survives the upkeep deleting what it
+replaces and a rotation a crash cut short, and what a cursor's commit released goes only once
+the commit is on disk.
 
 Each new segment starts with snapshot records restating the state older segments recorded, which
 then die and are reclaimed. Found by the store's model (test_store_model.py): the snapshots were
@@ -89,3 +91,68 @@ def test_a_rotation_cut_short_keeps_the_older_state_it_did_not_restate(
     node.stop()
     node = start_node(tmp_path, disk, properties)
     assert published(node) == [b"staged"]
+
+
+def read_cursor(node: Node, link: Link) -> tuple[int, list[bytes]]:
+    """The cursor's position and the messages it reads."""
+    headers = {"destination": "/topic/t", "id": "c", "browser": "true", "cursor": "g"}
+    link.send("SUBSCRIBE", {**headers, "cursor-start": "earliest", "receipt": "read"})
+    node.sync()
+    frames = [f for f in link.take() if f.command == "MESSAGE"]
+    link.send("UNSUBSCRIBE", {"id": "c"})
+    return int(frames[-1].headers["cursor-sequence"]), [f.body for f in frames[:-1]]
+
+
+class OnlySynced(random.Random):
+    """A power cut that keeps nothing but what was fsynced."""
+
+    def randint(self, a: int, b: int) -> int:
+        return a
+
+
+def test_the_upkeep_deletes_what_a_cursor_released_only_once_its_commit_is_on_disk(
+    tmp_path: Path, start_node: StartNode
+) -> None:
+    disk = SimulatedDisk()
+    node = start_node(tmp_path, disk, PROPERTIES)
+    link = node.connect("reader")
+    link.take()
+    assert read_cursor(node, link) == (1, [])
+    for i in range(8):  # the first segment: messages the cursor keeps
+        request(node, link, "SEND", {"destination": "/topic/t", "persistent": "true"}, b"%200d" % i)
+    node.store.rotate()
+    link.send("ACK", {"id": "cursor", "destination": "/topic/t", "cursor": "g", "sequence": "9"})
+    node.tick()  # (not synced: the commit waits in the page cache, its RECEIPT with it)
+    node.abandon()
+    disk.crash(OnlySynced(), power=True)
+    node = start_node(tmp_path, disk, PROPERTIES)
+    link = node.connect("reader")
+    link.take()
+    position, read = read_cursor(node, link)
+    # The commit reached the disk, or the messages it released are all still there.
+    assert (position, read) == (9, []) or (position == 1 and len(read) == 8), (position, read)
+
+
+def test_the_upkeep_goes_on_when_a_full_disk_refuses_a_segment_copy(
+    tmp_path: Path, start_node: StartNode
+) -> None:
+    """Emptying a dead segment that is not the oldest writes a small copy of it; a full disk
+    refuses it. The upkeep leaves that segment for next time instead of failing."""
+    disk = SimulatedDisk()
+    node = start_node(tmp_path, disk, PROPERTIES)
+    link = node.connect("producer")
+    link.take()
+    request(node, link, "SEND", {"destination": "/queue/kept", "persistent": "true"}, b"kept")
+    node.store.rotate()  # the first segment stays: it holds a live message
+    link.send("SUBSCRIBE", {"destination": "/queue/gone", "id": "s", "ack": "auto"})
+    for i in range(8):  # the second segment: all of it consumed
+        request(
+            node, link, "SEND", {"destination": "/queue/gone", "persistent": "true"}, b"%99d" % i
+        )
+    node.store.rotate()
+    middle = node.journal.segments()[1].base_lsn
+    disk.capacity = disk.used()
+    assert node.store.maintain() == (0, 0)  # (the copy was refused: nothing reclaimed)
+    disk.capacity = None
+    assert node.store.maintain() == (1, 0)
+    assert middle not in [s.base_lsn for s in node.journal.segments() if s.size > 24]

@@ -587,20 +587,31 @@ class JournalStore:
 
     def _reclaim(self, *, force: bool) -> tuple[int, int]:
         self._bury()
-        # Under disk pressure only what needs no room goes; emptying a later segment writes a
-        # small file, which may fail, and is tried again at the next upkeep.
+        # Under disk pressure only what needs no room goes. Emptying a later segment, or
+        # compacting one, writes a copy, which a full disk may refuse: the upkeep tries again
+        # next time (`compact dst`, forced, reports it).
         roomy = force or self._disk.level is DiskLevel.OK
         deleted = compacted = 0
+        synced = False
         for info in self.journal.segments():
             base = info.base_lsn
             if info.active or base not in self._live.live:
                 continue
             live, total = self._live.live[base], self._live.total[base]
+            worth = live == 0 or (force and live < total)
+            worth = worth or (live < total * COMPACT_BELOW and info.size >= COMPACT_MIN_BYTES)
+            if worth and not synced:
+                # What killed these records (a REMOVE, a cursor's commit that released a topic's
+                # messages, a snapshot) goes to disk before they go: a power cut must not find
+                # them gone and what made them dead not written. (While the disk refuses writes,
+                # what waits stays in memory: see docs/persistence.md, A full disk.)
+                self.journal.sync_active()
+                synced = True
             if live == 0:
                 try:
                     self.journal.delete_segment(base)
                 except JournalError:
-                    if roomy or self.journal.failure is not None:
+                    if force or self.journal.failure is not None:
                         raise
                     continue
                 # Deleting the oldest segment also removes later ones emptied before: forget
@@ -612,7 +623,12 @@ class JournalStore:
             elif (force and live < total) or (
                 roomy and live < total * COMPACT_BELOW and info.size >= COMPACT_MIN_BYTES
             ):
-                self.journal.rewrite_segment(base, lambda r: self._live.is_live(r.position.lsn))
+                try:
+                    self.journal.rewrite_segment(base, lambda r: self._live.is_live(r.position.lsn))
+                except JournalError:
+                    if force or self.journal.failure is not None:
+                        raise
+                    continue
                 self._live.total[base] = live
                 compacted += 1
         if deleted or compacted:
