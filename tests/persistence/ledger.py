@@ -56,6 +56,9 @@ class Op:
     handled: bool = False
     confirmed: bool = False
     refused: bool = False
+    # A SEND the broker may hold (waiting for the disk): a later frame's RECEIPT does not answer
+    # for it, only its own (or its refusal) does.
+    holdable: bool = False
 
     def effect(self, stop: Stop, policy: str) -> Tri:
         if self.refused:

@@ -104,6 +104,11 @@ class PipelineRules:
     ledger: Ledger
 
     # Provided by the state machine.
+    @property
+    def uncertain(self) -> bool:
+        """What is handled now may not reach the disk."""
+        raise NotImplementedError
+
     def pipeline_frame(
         self, client: int, command: str, headers: dict[str, str], op: Op | None, body: bytes
     ) -> list[Frame]:
@@ -136,7 +141,7 @@ class PipelineRules:
         for frame in frames:
             if frame.command == "MESSAGE" and frame.headers.get("browser") != "end":
                 slot = self.ledger.slot(LEASED, frame.body)
-                slot.delivered = True
+                slot.delivered = slot.delivered or not self.uncertain
                 lease.slots.append(slot)
 
     @rule(client=st.integers(0, 2), ack=st.booleans(), data=st.data())
@@ -231,7 +236,7 @@ class PipelineRules:
         for _ in range(count):
             message = self.pipeline_message(pad, STAGED)
             message.persistent = persistent
-            op = Op(f"SEND staged {message.body[:7]!r}")
+            op = Op(f"SEND staged {message.body[:7]!r}", holdable=True)
             batch.staged.setdefault(task, []).append((message, op))
             headers = {
                 "destination": STAGED,

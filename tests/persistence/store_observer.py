@@ -111,8 +111,6 @@ class Observer:
             status = receipt.headers.get("status", "200")
             if status not in ("200", "404"):
                 self.problems.append(f"releasing lease {number} answered {receipt.headers}")
-            for slot in leases[number].slots:
-                slot.delivered = True
         leases.clear()
 
     # -- queues and durable subscriptions --------------------------------------------------------

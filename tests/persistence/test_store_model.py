@@ -116,6 +116,13 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
         self.rng = random.Random(0)
         self.armed: bool | None = None  # an armed crash: whether it cuts the power
         self.failing = False  # an fsync was made to fail
+        # The disk is nearly full: writes may fail (ENOSPC), persistent SENDs wait for room, and
+        # what is handled meanwhile may be in memory only (so it may or may not survive a crash).
+        self.squeezed = False
+        self.was_squeezed = False  # (since the last restart)
+        # Topic SENDs the broker may be holding for the disk: published when released, they
+        # go to the durable subscriptions there are then.
+        self.held_topic: list[tuple[Message, Op]] = []
         self.captured: list[Frame] = []  # frames of reads and receipts, for pipeline rules
         # Sequence numbers: the highest seen per destination, and as they were at the last
         # restart (a message made since must be above it, unless the power went).
@@ -139,6 +146,7 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
             "imq.persist.file.segment.size": segment,
             "imq.swap.threshold": swap,
             "imq.message.expiration.interval": "2",
+            "imq.persist.file.disk.free.limit": "4k",
         }
         self.node = Node(self.root, self.disk, self.clock, self.properties)
 
@@ -196,9 +204,16 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
             self.interrupted()
             self.crashed(Stop.POWER, "a failed fsync")
             return
-        if op is not None:
+        if op is not None and not self.uncertain:
             op.handled = True
         self.collect()
+
+    @property
+    def uncertain(self) -> bool:
+        """What is handled now may be in memory only: the disk is nearly full (what waits for
+        it is lost in a crash), or the journal stopped after a failed fsync."""
+        node = self.node
+        return self.squeezed or (node is not None and node.journal.failure is not None)
 
     def interrupted(self) -> None:
         """The broker stopped in the middle of a step: messages it was writing to an
@@ -251,14 +266,17 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
                 FIGURES["receipts"] += 1
                 confirmed = client.unconfirmed.index(op) + 1
                 for earlier in client.unconfirmed[:confirmed]:
-                    earlier.confirmed = True  # a receipt confirms everything before it
+                    # A receipt confirms everything before it, but a SEND still held.
+                    if earlier is op or not earlier.holdable:
+                        earlier.confirmed = True
                 del client.unconfirmed[:confirmed]
             self.captured.append(frame)
         elif frame.command == "ERROR":
             op = client.pending.pop(frame.headers.get("receipt-id", ""), None)
             if op is not None:
                 op.refused = True
-            assert self.failing, f"unexpected ERROR: {frame.headers} {frame.body!r}"
+            expected = self.failing or self.squeezed  # (a COMMIT, a held SEND: for the disk)
+            assert expected, f"unexpected ERROR: {frame.headers} {frame.body!r}"
         elif frame.command == "MESSAGE":
             if frame.headers["subscription"] in client.subs:
                 self.delivered(client, frame)
@@ -272,11 +290,14 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
         assert not taken, f"{frame.body!r} delivered after {taken[0].what}"
         if slot.delivered:
             assert frame.headers["redelivered"] == "true", f"{frame.body!r} not redelivered"
-        slot.delivered = True
+        # (On a full disk the mark of a delivery may never be written: the message may come
+        # back unmarked after a restart.)
+        slot.delivered = slot.delivered or not self.uncertain
         FIGURES["deliveries"] += 1
         self.sequence_seen(frame.headers["destination"], int(frame.headers["sequence"]), slot)
         if sub.ack == "auto":
-            slot.taken_by.append(Op(f"auto-acknowledged {frame.body!r}", handled=True))
+            op = Op(f"auto-acknowledged {frame.body!r}", handled=not self.uncertain)
+            slot.taken_by.append(op)
         else:
             sub.unacked.append((frame.headers["ack"], slot))
 
@@ -367,8 +388,10 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
             message, headers, body = self.new_message(
                 destination, persistent, priority, expiring, pad
             )
-            op = Op(f"SEND {body[:7]!r}")
+            op = Op(f"SEND {body[:7]!r}", holdable=self.squeezed and persistent)
             self.keep(message, op)
+            if op.holdable and destination == TOPIC:
+                self.held_topic.append((message, op))
             self.frame(self.clients[client], "SEND", headers, body, op=op, receipt=receipt)
 
     # -- consuming -----------------------------------------------------------------------------
@@ -399,7 +422,13 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
         owner.subs[sub_id] = Sub(sub_id, key, "client-individual")
         self.attached.add(key)
         op = Op(f"SUBSCRIBE durable {key}")
-        self.durables.setdefault(key, op)  # created now, unless it exists (then: attached)
+        if key not in self.durables:  # created now (else attached)
+            self.durables[key] = op
+            for message, sent in self.held_topic:
+                if (key, message.body) in self.ledger.slots:
+                    continue  # (kept for an earlier one of that name: may or may not be still)
+                held = Op("held until after the durable subscription was made")  # (maybe)
+                self.ledger.add(Slot(message, key, [sent, op, held], born=self.epoch))
         self.durables_ever.add(key)
         headers = {
             "destination": TOPIC,
@@ -544,7 +573,15 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
     @rule()
     def compact(self) -> None:
         node = self.live()
-        self.act(node.store.compact)
+
+        def compact() -> None:
+            try:
+                node.store.compact()
+            except JournalError:
+                if not self.squeezed or node.journal.failure is not None:
+                    raise  # (on a full disk `compact dst` is refused, the broker goes on)
+
+        self.act(compact)
 
     @rule()
     def sync(self) -> None:
@@ -584,6 +621,23 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
 
         self.disk.fault = fault
 
+    @precondition(lambda self: not self.squeezed and not self.failing and self.armed is None)
+    @rule(room=st.integers(0, 6000))
+    def squeeze(self, *, room: int) -> None:
+        """The disk fills up but for `room` bytes: below the free-space floor, then full."""
+        self.squeezed = self.was_squeezed = True
+        self.disk.capacity = self.disk.used() + room
+
+    @precondition(lambda self: self.squeezed)
+    @rule()
+    def unsqueeze(self) -> None:
+        """Space comes back; the next upkeep writes what waited and lets held SENDs go."""
+        self.disk.capacity = None
+        node = self.live()
+        self.act(node.tick)
+        self.squeezed = False
+        self.held_topic.clear()  # (released by that upkeep)
+
     @rule(stop=st.sampled_from(Stop))
     def restart(self, *, stop: Stop) -> None:
         node = self.live()
@@ -599,6 +653,8 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
                 return
             self.restarted(Stop.CLEAN, "clean restart")
             return
+        if node.journal.failure is not None:
+            stop = Stop.POWER  # after a failed fsync the page cache may have dropped writes
         self.crashed(stop, f"{stop.value} crash")
 
     def crashed(self, stop: Stop, why: str) -> None:
@@ -613,6 +669,7 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
         self.attached.clear()
         self.armed = None
         self.failing = False
+        self.disk.capacity = None
         self.disk.fault = None
         self.disk.disarm()
         self.node, stop = self.open(stop)
@@ -636,11 +693,16 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
         self.epoch += 1
         for slot in self.ledger.slots.values():
             slot.born = self.epoch - 1
-        if stop is Stop.POWER:
+        if stop is Stop.POWER or self.was_squeezed:
             # Numbers handed out to what a power cut lost may be handed out again: what
             # depended on them was never confirmed. Only what the broker holds now counts.
             self.seqs = {}
-        self.floor = None if stop is Stop.POWER else dict(self.seqs)
+        # (Nor after a full disk: the block of numbers a full disk kept from being written may
+        # be handed out again, what used them being lost or never confirmed.)
+        forget = stop is Stop.POWER or self.was_squeezed
+        self.floor = None if forget else dict(self.seqs)
+        self.squeezed = self.was_squeezed = False
+        self.held_topic.clear()
         for seen in found.values():
             for one in seen:
                 destination = self.ledger.messages[one.body].destination
