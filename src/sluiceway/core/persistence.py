@@ -593,9 +593,10 @@ class JournalStore:
         deleted = compacted = 0
         for info in self.journal.segments():
             base = info.base_lsn
-            if info.active or base not in self._live.live:
+            counts = None if info.active else self._live.counts(base)
+            if counts is None:
                 continue
-            live, total = self._live.live[base], self._live.total[base]
+            live, total = counts
             if live == 0:
                 try:
                     self.journal.delete_segment(base)
@@ -613,7 +614,7 @@ class JournalStore:
                 roomy and live < total * COMPACT_BELOW and info.size >= COMPACT_MIN_BYTES
             ):
                 self.journal.rewrite_segment(base, lambda r: self._live.is_live(r.position.lsn))
-                self._live.total[base] = live
+                self._live.compacted(base)
                 compacted += 1
         if deleted or compacted:
             log.info("journal: %d segments deleted, %d compacted", deleted, compacted)
