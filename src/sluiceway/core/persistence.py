@@ -28,7 +28,8 @@ Recovery reads the journal twice: the first pass replays only the bookkeeping (w
 still live, how often each was delivered, the durable subscriptions) and notes where each ADD
 is; the second reads again only the ADDs still live, in order, and hands their messages to their
 destinations, which spill to the swap area as needed, so a backlog larger than memory can be
-recovered.
+recovered. A message bound for the swap area is handed over as its record holds it, never
+decoded (core.restoring): a large backlog is mostly that.
 """
 
 from __future__ import annotations
@@ -59,12 +60,12 @@ from sluiceway.core.liveness import Liveness
 from sluiceway.core.message import Message
 from sluiceway.core.records import (
     DurableRecord,
+    EncodedMessage,
     RecordType,
     decode_durable,
     decode_lsn,
     decode_lsns,
     decode_mark,
-    decode_message,
     decode_position,
     decode_snapshot,
     decode_sub,
@@ -80,6 +81,7 @@ from sluiceway.core.records import (
     encode_sub,
     encode_sub_mark,
     encode_tx,
+    peek_message,
 )
 from sluiceway.naming import DestinationName
 from sluiceway.store.journal import (
@@ -168,6 +170,27 @@ class _ReplayState:
     # What the second pass reads again, by segment: the LSNs and offsets of the ADDs and of
     # the extensions' restore_types. It reads those still live, and nothing else.
     reread: dict[int, tuple[array[int], array[int]]] = field(default_factory=dict)
+
+
+class _Counts:
+    """Messages recovered per destination, kept by path: a string keeps its hash, where
+    DestinationName's __hash__ is Python code run at every call."""
+
+    __slots__ = ("_counts", "_names")
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._names: dict[str, DestinationName] = {}
+
+    def add(self, name: DestinationName) -> None:
+        path = name.path
+        if path in self._counts:
+            self._counts[path] += 1
+        else:
+            self._counts[path], self._names[path] = 1, name
+
+    def by_name(self) -> dict[DestinationName, int]:
+        return {self._names[path]: count for path, count in self._counts.items()}
 
 
 @dataclass
@@ -644,13 +667,19 @@ class JournalStore:
 
     # -- recovery ---------------------------------------------------------------------------------
 
-    def recover(self, deliver: Callable[[Message], None]) -> Recovery:
-        """Replay the journal: `deliver` gets each live message, in order; returns the rest."""
+    def recover(
+        self,
+        deliver: Callable[[Message], None],
+        take_encoded: Callable[[EncodedMessage], bool] | None = None,
+    ) -> Recovery:
+        """Replay the journal: `deliver` gets each live message, in order; returns the rest.
+        `take_encoded`, when given, is offered each live ADD's message first, undecoded; one it
+        takes (True) is not decoded, nor given to `deliver`."""
         recovery = Recovery()
         self._replay_state = _ReplayState(recovery)
         self._first_pass(self.journal.recover())
         self._first_pass_done()
-        self._second_pass(deliver)
+        self._second_pass(deliver, take_encoded)
         return recovery
 
     def _first_pass_done(self) -> None:
@@ -669,45 +698,43 @@ class JournalStore:
             cut_lsn = self._append(RecordType.TX_CUT, encode_lsn(state.open_tx))
             self._live.removal(cut_lsn, state.open_tx)
 
-    def _second_pass(self, deliver: Callable[[Message], None]) -> None:
+    def _second_pass(
+        self,
+        deliver: Callable[[Message], None],
+        take_encoded: Callable[[EncodedMessage], bool] | None,
+    ) -> None:
         """Hand the live messages back in journal order. Only the records the first pass noted
         for it are read again (reread), and of those only the ones still live."""
-        state = self._replay_state
-        live = self._live
-        # Messages per destination, by path: a string keeps its hash, where DestinationName's
-        # __hash__ is Python code run at every call.
-        counts: dict[str, int] = {}
-        names: dict[str, DestinationName] = {}
-
-        def count(name: DestinationName) -> None:
-            path = name.path
-            if path in counts:
-                counts[path] += 1
-            else:
-                counts[path], names[path] = 1, name
+        state, live, counts = self._replay_state, self._live, _Counts()
 
         def restored(message: Message) -> None:
-            count(message.destination)
+            counts.add(message.destination)
             deliver(message)
 
         for base in list(state.reread):
-            lsns, offsets = state.reread.pop(base)  # (each segment's lists go once it is read)
-            # Those live now: nothing comes back to life, and an ADD is checked again below.
-            keep = live.live_among(base, lsns)
-            lsns_kept, offsets_kept = [lsns[i] for i in keep], [offsets[i] for i in keep]
-            for record in self.journal.read_many(base, lsns_kept, offsets_kept):
+            for record in self._reread(base):
                 lsn = record.position.lsn
                 for extension in self._extensions:
                     extension.restore(record, restored)
                 if record.type != _ADD or not live.is_live(lsn):
                     continue
-                message = decode_message(record.payload)
+                message = peek_message(record.payload)
                 message.location, message.marks = lsn, state.marks.get(lsn)
                 message.delivery_count = state.deliveries.get(lsn, 0)
-                restored(message)
+                if take_encoded is not None and take_encoded(message):
+                    counts.add(message.destination)
+                else:
+                    restored(message.decode())
         for extension in self._extensions:
             extension.restore(None, restored)
-        state.recovery.messages = {names[path]: n for path, n in counts.items()}
+        state.recovery.messages = counts.by_name()
+
+    def _reread(self, base: int) -> Iterator[Record]:
+        """The records noted in segment `base` that are live now: nothing comes back to life,
+        and an ADD is checked again when handled. Their notes go once they are read."""
+        lsns, offsets = self._replay_state.reread.pop(base)
+        keep = self._live.live_among(base, lsns)
+        return self.journal.read_many(base, [lsns[i] for i in keep], [offsets[i] for i in keep])
 
     def _first_pass(self, records: Iterable[Record]) -> None:
         """Rebuild liveness and bookkeeping, and note what the second pass reads. A
