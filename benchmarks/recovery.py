@@ -1,7 +1,7 @@
 """Recovery speed: journal replay in MB/s and records/s, and a broker's start-to-ready time.
 
-For each size (about 100 MB and 1 GB of journal by default) a data directory is built under a
-temporary folder, then measured, then deleted:
+For each size (by default a journal of a few records, then about 100 MB and 1 GB) a data
+directory is built under a temporary folder, then measured, then deleted:
 
 - Building goes through the broker's core in-process, as `session_path.py` drives it (a
   `StompSession` fed reads of SEND frames and the consumer's ACKs, no sockets): the journal is
@@ -31,14 +31,18 @@ are dropped from the cache before each run (posix_fadvise, only the journal's fi
 a boot. Prints a table and writes benchmarks/results/recovery.json (or `--results FILE`).
 
     ./dev bench recovery [--sizes 0,100,1000] [--runs 5] [--cold] [--results FILE]
-    ./dev bench recovery --build DIR --sizes 1000      # build a data directory and keep it
-    ./dev bench recovery --measure DIR [--runs 5]      # measure one built before
+    ./dev bench recovery --build DIR --sizes 1000      # build DIR/1000mb and keep it
+    ./dev bench recovery --measure DIR/1000mb [--runs 5]   # measure one built before
+
+`--measure` run by another build's Python (another checkout's .venv/bin/python) compares two
+builds on the very same data directory.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import re
@@ -117,6 +121,9 @@ def _consume(consumer: StompSession, *, ack: bool) -> int:
 def build(directory: Path, size: int) -> dict[str, Any]:
     """Fill `directory` with a broker's data until its journal holds `size` bytes."""
     overrides = [f"imq.persist.file.directory={directory}", *BUILD_PROPERTIES]
+    # The memory level turns YELLOW each time the waiting queue reaches the swap point, as
+    # expected: not worth a warning per time while building.
+    logging.getLogger("sluiceway").setLevel(logging.ERROR)
     storage = Storage(load_config(None, overrides))
     started = time.monotonic()
     try:
