@@ -32,10 +32,12 @@ from sluiceway.core.pending import (
     CHUNK_BYTES,
     CHUNK_MESSAGES,
     PRIORITY_LEVELS,
+    PackedChunk,
     PendingList,
     decode_chunk,
     encode_chunk,
 )
+from sluiceway.core.records import encode_message
 from sluiceway.naming import DestinationKind, DestinationName
 from sluiceway.store.swap import SwapArea
 from tests.core.helpers import message_fields as fields
@@ -221,6 +223,41 @@ def test_chunk_cut_by_bytes(swap: SwapArea, swap_dir: Path) -> None:
     assert pending.spilled == 3
     assert ledger.used == message_cost(0)
     assert [m.body for m in drain(pending)] == [b"a" * size, b"b" * size, b"c" * size, b""]
+    assert ledger.used == 0
+    assert_swap_empty(swap, swap_dir)
+
+
+def packed(messages: list[Message]) -> PackedChunk:
+    chunk = PackedChunk()
+    for m in messages:
+        chunk.add(encode_message(m), m.seq, len(m.body), m.location, m.marks)
+    return chunk
+
+
+def test_packed_messages_go_behind_every_message_of_their_level(
+    swap: SwapArea, swap_dir: Path
+) -> None:
+    """Recovery files a backlog beyond the swap point as packed chunks (core.restoring)."""
+    ledger = MemoryLedger(threshold=head_threshold(5))
+    pending = PendingList(ledger, swap)
+    for seq in range(1, 6):
+        pending.append(make(seq, location=100 + seq, marks=[seq]))
+    assert not pending.spills(4)
+    for seq in range(6, 9):  # memory is over: into the chunk being filled
+        pending.append(make(seq, location=100 + seq, marks=[seq]))
+    assert pending.spills(4)
+    pending.append(make(9, priority=7))
+    later = [make(seq, location=100 + seq) for seq in range(10, 14)]
+    chunk = packed(later)
+    assert (chunk.count, chunk.body_bytes, chunk.first_seq, chunk.last_seq) == (4, 32, 10, 13)
+    assert not chunk.full
+    pending.append_packed(4, chunk)
+    assert (len(pending), pending.bytes, pending.spilled) == (13, 13 * BODY_SIZE, 7)
+    assert ledger.used == COST * 6
+    pending.append(make(14))  # a level that has spilled keeps spilling
+    expected = [make(9, priority=7)] + [make(s, location=100 + s, marks=[s]) for s in range(1, 9)]
+    expected += [*later, make(14)]
+    assert [fields(m) for m in drain(pending)] == [fields(m) for m in expected]
     assert ledger.used == 0
     assert_swap_empty(swap, swap_dir)
 
@@ -789,6 +826,18 @@ def test_chunk_encoding_round_trips_generated_messages(messages: list[Message]) 
     assert [fields(m) for m in decode_chunk(encode_chunk(messages))] == [
         fields(m) for m in messages
     ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(MESSAGES, min_size=1, max_size=6))
+def test_a_packed_chunk_holds_the_bytes_encode_chunk_writes(messages: list[Message]) -> None:
+    chunk = packed(messages)
+    assert chunk.data() == encode_chunk(messages)
+    assert (chunk.count, chunk.body_bytes) == (len(messages), sum(len(m.body) for m in messages))
+    assert (chunk.first_seq, chunk.last_seq) == (messages[0].seq, messages[-1].seq)
+    full = packed([make(seq) for seq in range(CHUNK_MESSAGES)])
+    assert full.full
+    assert packed([make(1, body=bytes(CHUNK_BYTES))]).full
 
 
 # -- against a model ----------------------------------------------------------------------------

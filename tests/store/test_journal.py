@@ -461,6 +461,38 @@ def test_read_detects_a_damaged_record(tmp_path: Path, journals: Journals) -> No
         journal.read(position)
 
 
+def test_read_many_reads_the_records_asked_for_in_order(tmp_path: Path, journals: Journals) -> None:
+    rng = random.Random(4)
+    journal, _ = journals.open(tmp_path, segment_size=2000)
+    appended = fill(journal, 300, rng)
+    payloads = [rng.randbytes(3 * 1024 * 1024)]  # larger than a read-ahead
+    appended += [(journal.append(9, payload), 9, payload) for payload in payloads]
+    journal.flush()
+    for base in sorted({position.segment for position, _, _ in appended}):
+        wanted = [a for a in appended if a[0].segment == base and rng.random() < 0.5]
+        lsns, offsets = [a[0].lsn for a in wanted], [a[0].offset for a in wanted]
+        found = list(journal.read_many(base, lsns, offsets))
+        assert found == [Record(position, kind, payload) for position, kind, payload in wanted]
+
+
+def test_read_many_stops_at_a_record_that_is_not_there(tmp_path: Path, journals: Journals) -> None:
+    journal, _ = journals.open(tmp_path)
+    first, second = journal.append(0, b"one"), journal.append(1, b"two")
+    journal.flush()
+    with pytest.raises(JournalError, match="no valid record 3 at offset"):
+        list(journal.read_many(1, [1, 3], [first.offset, second.offset]))
+    path = tmp_path / segment_name(1)
+    data = bytearray(path.read_bytes())
+    data[second.offset + 17 + 1] ^= 0x01
+    path.write_bytes(bytes(data))
+    records = journal.read_many(1, [1, 2], [first.offset, second.offset])
+    assert next(records) == Record(first, 0, b"one")
+    with pytest.raises(JournalError, match="damaged"):
+        next(records)
+    with pytest.raises(JournalError, match="no segment has base LSN 5"):
+        list(journal.read_many(5, [], []))
+
+
 # -- sync policies ------------------------------------------------------------------------------
 
 

@@ -31,12 +31,12 @@ from sluiceway.core.flow import ConnectionFlow
 from sluiceway.core.lease_records import encode_lease_snapshot
 from sluiceway.core.leases import Leases
 from sluiceway.core.memory import MemoryLedger, MemoryLevel, level_policy, swap_point
-from sluiceway.core.message import Message
 from sluiceway.core.pending import Spill
 from sluiceway.core.persistence import JournalStore, Recovery
 from sluiceway.core.producers import ProducerControl
 from sluiceway.core.records import DurableRecord, RecordType
 from sluiceway.core.registry import DestinationRegistry
+from sluiceway.core.restoring import Restorer
 from sluiceway.core.selector import compile_selector
 from sluiceway.core.stage_journal import StageJournal
 from sluiceway.core.stages import StageArea
@@ -114,7 +114,9 @@ class Broker:
         """Read back what the journal holds (None for an in-memory store). Call once, first."""
         if not isinstance(self.store, JournalStore):
             return None
-        recovery = self.store.recover(self._recovered_message)
+        restorer = Restorer(self.registry)
+        recovery = self.store.recover(restorer.message, restorer.encoded)
+        restorer.finish()
         for name, seq in recovery.seqs.items():
             self.registry.recovered(name).resume_seq(seq)
         for recovered in recovery.durables.values():
@@ -132,12 +134,6 @@ class Broker:
         # Measured before the first SEND: a disk already low holds producers from the start.
         self.store.watch_disk(self.disk)
         return recovery
-
-    def _recovered_message(self, message: Message) -> None:
-        destination = self.registry.recovered(message.destination)
-        destination.resume_seq(message.seq)
-        if isinstance(destination, Queue | Topic):
-            destination.recovered(message)
 
     def _snapshot(self) -> tuple[list[tuple[DestinationName, int]], list[DurableRecord]]:
         """What a new journal segment starts with: the state older segments may no longer hold."""

@@ -15,6 +15,7 @@ from sluiceway.core import dispatch
 from sluiceway.core.context import Context
 from sluiceway.core.limits import Fullness
 from sluiceway.core.message import Message
+from sluiceway.core.pending import PackedChunk
 from sluiceway.core.seqlog import SeqLog
 from sluiceway.errors import Conflict
 from sluiceway.naming import DestinationName
@@ -370,6 +371,14 @@ class Queue(Destination):
         """A persistent message read back from the journal at start-up."""
         self.pending.append(message)
         self._took(message)
+
+    def recovered_packed(self, priority: int, packed: PackedChunk) -> None:
+        """Persistent messages read back at start-up, packed for the swap area as they were
+        (core.restoring), behind every message of `priority`."""
+        self.pending.append_packed(priority, packed)
+        self.held_count += packed.count
+        self.held_bytes += packed.body_bytes
+        self.context.system.add_all(packed.count, packed.body_bytes)
 
     def consumed(self, message: Message) -> None:
         super().consumed(message)

@@ -17,6 +17,7 @@ being born again, or out of order, is a bug in the caller and raises.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 from sluiceway.errors import SluicewayError
 
@@ -25,25 +26,43 @@ class LivenessError(SluicewayError):
     """A record was registered out of order, or in no segment: a bug, never a guess."""
 
 
+class _Segment:
+    """One segment's records: a byte each (1: live), and how many are live, of how many."""
+
+    __slots__ = ("base", "flags", "live", "total")
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.flags = bytearray()  # by LSN - base; a compacted segment's gaps are zeros
+        self.live = 0
+        self.total = 0  # records held (a gap is none)
+
+
 class Liveness:
     """Live records per segment, and the REMOVEs that die with the segment of their ADD."""
 
-    __slots__ = ("bases", "deps", "flags", "live", "total")
+    __slots__ = ("_newest", "_recent", "_recent_end", "bases", "deps", "segments")
 
     def __init__(self) -> None:
         self.bases: list[int] = []  # segment base LSNs, ascending
-        self.flags: dict[int, bytearray] = {}  # base -> one byte per record of the segment
-        self.live: dict[int, int] = {}  # base -> records live
-        self.total: dict[int, int] = {}  # base -> records held
+        self.segments: dict[int, _Segment] = {}  # by base
         self.deps: dict[int, list[int]] = {}  # segment -> REMOVEs that die when it is deleted
+        # The segment with the highest base: nearly every record's (appended, or read back by
+        # recovery), found without a search.
+        self._newest: _Segment | None = None
+        # The older segment found last, and the next one's base: recovery's second pass and a
+        # DELIVERED_RUN look up LSNs of one segment after another.
+        self._recent = _Segment(0)
+        self._recent_end = 0  # 0: none
 
     def add_segment(self, base: int) -> None:
-        if base not in self.flags:
+        if base not in self.segments:
             # In order: after recovery, a segment emptied by compaction (no record read from
             # it) is added after later ones.
             bisect.insort(self.bases, base)
-            self.flags[base] = bytearray()
-            self.live[base] = self.total[base] = 0
+            self.segments[base] = _Segment(base)
+            self._newest = self.segments[self.bases[-1]]
+            self._recent_end = 0
 
     @property
     def oldest(self) -> int:
@@ -56,23 +75,46 @@ class Liveness:
 
     def segment_of(self, lsn: int) -> int | None:
         """The base of the segment holding `lsn`, or None when that segment is gone."""
-        bases = self.bases
-        if not bases or lsn < bases[0]:
+        segment = self._segment(lsn)
+        return None if segment is None else segment.base
+
+    def _segment(self, lsn: int) -> _Segment | None:
+        newest = self._newest
+        if newest is None:
             return None
-        if lsn >= bases[-1]:
-            return bases[-1]  # the active segment: nearly every record's
-        return bases[bisect.bisect_right(bases, lsn) - 1]
+        if lsn >= newest.base:
+            return newest
+        recent = self._recent
+        if recent.base <= lsn < self._recent_end:
+            return recent
+        bases = self.bases
+        if lsn < bases[0]:
+            return None
+        index = bisect.bisect_right(bases, lsn)
+        recent = self._recent = self.segments[bases[index - 1]]
+        self._recent_end = bases[index]
+        return recent
+
+    def counts(self, base: int) -> tuple[int, int] | None:
+        """(records live, records held) of the segment `base`; None if there is none."""
+        segment = self.segments.get(base)
+        return None if segment is None else (segment.live, segment.total)
+
+    def compacted(self, base: int) -> None:
+        """The segment `base` was rewritten with its live records only."""
+        segment = self.segments[base]
+        segment.total = segment.live
 
     def born(self, lsn: int, *, live: bool = True) -> None:
         """The record `lsn` was appended (or read back), live or already dead."""
-        base = self.segment_of(lsn)
-        if base is None:
+        segment = self._segment(lsn)
+        if segment is None:
             raise LivenessError(
                 f"record {lsn} is below the oldest segment ({self.oldest}): no record can be "
                 "written or read there"
             )
-        flags = self.flags[base]
-        index = lsn - base
+        flags = segment.flags
+        index = lsn - segment.base
         size = len(flags)
         if index == size:  # the next record of the segment: nearly always
             flags.append(1 if live else 0)
@@ -81,31 +123,38 @@ class Liveness:
             flags.append(1 if live else 0)
         else:
             raise LivenessError(
-                f"record {lsn} registered after record {base + size - 1} of segment {base}: "
-                "records are registered once, in LSN order"
+                f"record {lsn} registered after record {segment.base + size - 1} of segment "
+                f"{segment.base}: records are registered once, in LSN order"
             )
-        self.total[base] += 1
+        segment.total += 1
         if live:
-            self.live[base] += 1
+            segment.live += 1
 
     def kill(self, lsn: int) -> None:
         """The record `lsn` is dead (a no-op when it was already, or its segment is gone)."""
-        base = self.segment_of(lsn)
-        if base is None:
+        segment = self._segment(lsn)
+        if segment is None:
             return
-        flags = self.flags[base]
-        index = lsn - base
+        flags = segment.flags
+        index = lsn - segment.base
         if index < len(flags) and flags[index]:
             flags[index] = 0
-            self.live[base] -= 1
+            segment.live -= 1
+
+    def live_among(self, base: int, lsns: Sequence[int]) -> list[int]:
+        """The indexes in `lsns`, LSNs of records of the segment `base`, of those live."""
+        segment = self.segments.get(base)
+        if segment is None:
+            return []
+        flags, size = segment.flags, len(segment.flags)
+        return [i for i, lsn in enumerate(lsns) if lsn - base < size and flags[lsn - base]]
 
     def is_live(self, lsn: int) -> bool:
-        base = self.segment_of(lsn)
-        if base is None:
+        segment = self._segment(lsn)
+        if segment is None:
             return False
-        flags = self.flags[base]
-        index = lsn - base
-        return index < len(flags) and bool(flags[index])
+        index = lsn - segment.base
+        return index < len(segment.flags) and segment.flags[index] != 0
 
     def removal(self, remove_lsn: int, add_lsn: int) -> None:
         """A REMOVE at `remove_lsn` of the message added at `add_lsn`: the ADD dies; the REMOVE
@@ -127,4 +176,6 @@ class Liveness:
         for lsn in self.deps.pop(base, []):
             self.kill(lsn)
         self.bases.remove(base)
-        del self.flags[base], self.live[base], self.total[base]
+        del self.segments[base]
+        self._newest = self.segments[self.bases[-1]] if self.bases else None
+        self._recent_end = 0

@@ -151,6 +151,11 @@ class SystemCounts:
         self.count += 1
         self.bytes += size
 
+    def add_all(self, count: int, size: int) -> None:
+        """`count` messages of `size` bytes in all."""
+        self.count += count
+        self.bytes += size
+
     def remove(self, size: int) -> None:
         self.count -= 1
         self.bytes -= size

@@ -6,7 +6,8 @@ CHUNK_MESSAGES messages (the tail). Memory then holds the head, one chunk being 
 small reference per spilled chunk, whatever the backlog. When the head runs dry, the next chunk
 is read back; order is kept because a level that has spilled keeps spilling until its tail is
 drained. A message given back (NACK, disconnect) is older than every spilled one and goes back
-into the head, at its place by sequence number.
+into the head, at its place by sequence number. At start-up, recovery appends a backlog beyond
+the swap point as whole chunks packed from the journal's records (append_packed).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ CHUNK_BYTES: Final = 256 * 1024  # ...or this many bytes of messages, whichever 
 _LENGTH: Final = struct.Struct("<I")
 _BOOKKEEPING: Final = struct.Struct("<QH")  # journal location, number of marks (each a u64)
 _MARK: Final = struct.Struct("<Q")
+# Bound once (C statics when compiled): recovery packs a chunk entry per message beyond the
+# swap point without a method lookup each.
+_pack_length: Final = _LENGTH.pack
+_pack_bookkeeping: Final = _BOOKKEEPING.pack
 
 
 class Spill(Protocol):
@@ -46,12 +51,53 @@ class Chunk:
 
     __slots__ = ("body_bytes", "count", "first_seq", "last_seq", "ref")
 
-    def __init__(self, ref: SwapRef, messages: list[Message]) -> None:
+    def __init__(
+        self, ref: SwapRef, count: int, body_bytes: int, first_seq: int, last_seq: int
+    ) -> None:
         self.ref = ref
-        self.count = len(messages)
-        self.body_bytes = sum(len(m.body) for m in messages)
-        self.first_seq = messages[0].seq
-        self.last_seq = messages[-1].seq
+        self.count = count
+        self.body_bytes = body_bytes
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+
+
+def chunk_of(ref: SwapRef, messages: list[Message]) -> Chunk:
+    """The chunk `ref` points at, which holds `messages`."""
+    body_bytes = sum(len(m.body) for m in messages)
+    return Chunk(ref, len(messages), body_bytes, messages[0].seq, messages[-1].seq)
+
+
+class PackedChunk:
+    """Messages gathered as a spilled chunk's bytes (encode_chunk's format) from their encoded
+    form, never decoded: how recovery files a backlog beyond the swap point (core.restoring)."""
+
+    __slots__ = ("body_bytes", "count", "first_seq", "last_seq", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = [b""]  # the count goes first, once known
+        self.count = 0
+        self.body_bytes = 0
+        self.first_seq = self.last_seq = 0
+
+    def add(
+        self, encoded: bytes, seq: int, size: int, location: int, marks: list[int] | None
+    ) -> None:
+        """One more message: `encoded` as encode_message writes it, `size` its body bytes."""
+        if not self.count:
+            self.first_seq = seq
+        self.last_seq = seq
+        self.count += 1
+        self.body_bytes += size
+        _add_entry(self.parts, encoded, location, marks)
+
+    @property
+    def full(self) -> bool:
+        """As large as a chunk the pending list spills itself (CHUNK_MESSAGES, CHUNK_BYTES)."""
+        return self.count >= CHUNK_MESSAGES or self.body_bytes >= CHUNK_BYTES
+
+    def data(self) -> bytes:
+        self.parts[0] = _LENGTH.pack(self.count)
+        return b"".join(self.parts)
 
 
 class _Level:
@@ -126,11 +172,16 @@ class PendingList:
 
     # -- adding and taking -----------------------------------------------------------------------
 
+    def spills(self, priority: int) -> bool:
+        """Whether a message of `priority` appended now goes to the swap area: a level that has
+        spilled keeps spilling until its tail is drained, and any does once memory is over."""
+        return self._spill is not None and (self._levels[priority].spilled or self._ledger.over)
+
     def append(self, message: Message) -> None:
         """Add a newly arrived message behind every message of its priority."""
         level = self._levels[message.priority]
         self._hold(message)
-        if self._spill is not None and (level.spilled or self._ledger.over):
+        if self.spills(message.priority):
             level.filling.append(message)
             level.filling_bytes += len(message.body)
             if len(level.filling) >= CHUNK_MESSAGES or level.filling_bytes >= CHUNK_BYTES:
@@ -138,6 +189,22 @@ class PendingList:
         else:
             level.head.append(message)
         self._added(message)
+
+    def append_packed(self, priority: int, packed: PackedChunk) -> None:
+        """Add messages packed as a chunk behind every message of `priority`, straight to the
+        swap area (at start-up, a recovered backlog beyond the swap point)."""
+        assert self._spill is not None
+        assert packed.count
+        level = self._levels[priority]
+        if level.filling:
+            self._spill_filling(level)  # older than the packed ones: its chunk goes first
+        ref = self._spill.write(packed.data())
+        level.chunks.append(
+            Chunk(ref, packed.count, packed.body_bytes, packed.first_seq, packed.last_seq)
+        )
+        self._mask |= 1 << priority
+        self._count += packed.count
+        self._bytes += packed.body_bytes
 
     def restore(self, message: Message) -> None:
         """Put a message that was taken back in its place (by sequence number).
@@ -172,7 +239,7 @@ class PendingList:
         chunk = level.chunks[index]
         messages = self._read_chunk(chunk, free=True)
         messages.insert(bisect.bisect_right(messages, message.seq, key=_seq), message)
-        level.chunks[index] = Chunk(self._spill.write(encode_chunk(messages)), messages)
+        level.chunks[index] = chunk_of(self._spill.write(encode_chunk(messages)), messages)
 
     def pop(self) -> Message | None:
         """Remove and return the first message (highest priority, oldest), or None."""
@@ -220,7 +287,7 @@ class PendingList:
         assert self._spill is not None
         messages = level.filling
         ref = self._spill.write(encode_chunk(messages))
-        level.chunks.append(Chunk(ref, messages))
+        level.chunks.append(chunk_of(ref, messages))
         for message in messages:
             self._let_go(message)
             if message.expires:
@@ -349,7 +416,7 @@ class PendingList:
         self._spill.free(chunk.ref)
         if not kept:
             return None, taken
-        return Chunk(self._spill.write(encode_chunk(kept)), kept), taken
+        return chunk_of(self._spill.write(encode_chunk(kept)), kept), taken
 
     # -- housekeeping -----------------------------------------------------------------------------
 
@@ -419,13 +486,17 @@ def encode_chunk(messages: list[Message]) -> bytes:
     """count, then per message: length, the message, its journal bookkeeping."""
     parts = [_LENGTH.pack(len(messages))]
     for message in messages:
-        encoded = encode_message(message)
-        marks = message.marks or []
-        parts.append(_LENGTH.pack(len(encoded)))
-        parts.append(encoded)
-        parts.append(_BOOKKEEPING.pack(message.location, len(marks)))
-        parts.extend(_MARK.pack(mark) for mark in marks)
+        _add_entry(parts, encode_message(message), message.location, message.marks)
     return b"".join(parts)
+
+
+def _add_entry(parts: list[bytes], encoded: bytes, location: int, marks: list[int] | None) -> None:
+    """One message of a chunk: its length, the message, its journal bookkeeping."""
+    parts.append(_pack_length(len(encoded)))
+    parts.append(encoded)
+    parts.append(_pack_bookkeeping(location, len(marks) if marks else 0))
+    if marks:
+        parts.extend(_MARK.pack(mark) for mark in marks)
 
 
 def decode_chunk(data: bytes) -> list[Message]:

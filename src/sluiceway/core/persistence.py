@@ -25,15 +25,18 @@ retries it (store.journal); what that means for producers is core.disk's, which 
 what the journal finds (a failed write at once, the free space on each upkeep).
 
 Recovery reads the journal twice: the first pass replays only the bookkeeping (which ADDs are
-still live, how often each was delivered, the durable subscriptions), the second decodes the live
-messages in order and hands them to their destinations, which spill to the swap area as needed,
-so a backlog larger than memory can be recovered.
+still live, how often each was delivered, the durable subscriptions) and notes where each ADD
+is; the second reads again only the ADDs still live, in order, and hands their messages to their
+destinations, which spill to the swap area as needed, so a backlog larger than memory can be
+recovered. A message bound for the swap area is handed over as its record holds it, never
+decoded (core.restoring): a large backlog is mostly that.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn, Protocol
@@ -57,12 +60,12 @@ from sluiceway.core.liveness import Liveness
 from sluiceway.core.message import Message
 from sluiceway.core.records import (
     DurableRecord,
+    EncodedMessage,
     RecordType,
     decode_durable,
     decode_lsn,
     decode_lsns,
     decode_mark,
-    decode_message,
     decode_position,
     decode_snapshot,
     decode_sub,
@@ -78,6 +81,7 @@ from sluiceway.core.records import (
     encode_sub,
     encode_sub_mark,
     encode_tx,
+    peek_message,
 )
 from sluiceway.naming import DestinationName
 from sluiceway.store.journal import (
@@ -90,6 +94,11 @@ from sluiceway.store.journal import (
 )
 
 log = logging.getLogger(__name__)
+
+# Read for every record recovered: a Final name is a C static when compiled (setup.py says why).
+_ADD: Final = int(RecordType.ADD)
+_TX: Final = int(RecordType.TX)
+_TX_CUT: Final = int(RecordType.TX_CUT)
 
 COMPACT_BELOW: Final = 0.25  # rewrite a segment when fewer than this share of its records live
 COMPACT_MIN_BYTES: Final = 1024 * 1024  # ...and it is at least this big (small ones: not worth it)
@@ -123,14 +132,17 @@ class JournalExtension(Protocol):
     (core.stage_journal), replayed through these calls."""
 
     record_types: frozenset[int]
+    restore_types: frozenset[int]  # those of its records the second pass reads again
 
     def replay(self, record: Record) -> None:
         """First recovery pass: one of its records, in journal order (bookkeeping only)."""
         ...
 
     def restore(self, record: Record | None, deliver: Callable[[Message], None]) -> None:
-        """Second pass: called with every record before it is handled, then with None at the
-        end; `deliver` takes messages back into their destinations, as for ADD records."""
+        """Second pass: called with each record it reads (the live ADDs, and the live records
+        of every extension's restore_types), in journal order, before the record is handled,
+        then with None at the end; `deliver` takes messages back into their destinations, as
+        for ADD records."""
         ...
 
 
@@ -155,6 +167,30 @@ class _ReplayState:
     # acknowledgements while its definition survives only in a later snapshot.
     acked: dict[int, set[int]] = field(default_factory=dict)
     delivered: dict[int, dict[int, int]] = field(default_factory=dict)
+    # What the second pass reads again, by segment: the LSNs and offsets of the ADDs and of
+    # the extensions' restore_types. It reads those still live, and nothing else.
+    reread: dict[int, tuple[array[int], array[int]]] = field(default_factory=dict)
+
+
+class _Counts:
+    """Messages recovered per destination, kept by path: a string keeps its hash, where
+    DestinationName's __hash__ is Python code run at every call."""
+
+    __slots__ = ("_counts", "_names")
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._names: dict[str, DestinationName] = {}
+
+    def add(self, name: DestinationName) -> None:
+        path = name.path
+        if path in self._counts:
+            self._counts[path] += 1
+        else:
+            self._counts[path], self._names[path] = 1, name
+
+    def by_name(self) -> dict[DestinationName, int]:
+        return {self._names[path]: count for path, count in self._counts.items()}
 
 
 @dataclass
@@ -595,9 +631,10 @@ class JournalStore:
         synced = False
         for info in self.journal.segments():
             base = info.base_lsn
-            if info.active or base not in self._live.live:
+            counts = None if info.active else self._live.counts(base)
+            if counts is None:
                 continue
-            live, total = self._live.live[base], self._live.total[base]
+            live, total = counts
             worth = live == 0 or (force and live < total)
             worth = worth or (live < total * COMPACT_BELOW and info.size >= COMPACT_MIN_BYTES)
             if worth and not synced:
@@ -629,7 +666,7 @@ class JournalStore:
                     if force or self.journal.failure is not None:
                         raise
                     continue
-                self._live.total[base] = live
+                self._live.compacted(base)
                 compacted += 1
         if deleted or compacted:
             log.info("journal: %d segments deleted, %d compacted", deleted, compacted)
@@ -646,12 +683,24 @@ class JournalStore:
 
     # -- recovery ---------------------------------------------------------------------------------
 
-    def recover(self, deliver: Callable[[Message], None]) -> Recovery:
-        """Replay the journal: `deliver` gets each live message, in order; returns the rest."""
+    def recover(
+        self,
+        deliver: Callable[[Message], None],
+        take_encoded: Callable[[EncodedMessage], bool] | None = None,
+    ) -> Recovery:
+        """Replay the journal: `deliver` gets each live message, in order; returns the rest.
+        `take_encoded`, when given, is offered each live ADD's message first, undecoded; one it
+        takes (True) is not decoded, nor given to `deliver`."""
         recovery = Recovery()
         self._replay_state = _ReplayState(recovery)
         self._first_pass(self.journal.recover())
+        self._first_pass_done()
+        self._second_pass(deliver, take_encoded)
+        return recovery
+
+    def _first_pass_done(self) -> None:
         state = self._replay_state
+        recovery = state.recovery
         recovery.leases.keep_live(self._live.is_live)
         for sub_id, durable in recovery.durables.items():
             durable.acked = state.acked.get(sub_id, set())
@@ -664,58 +713,84 @@ class JournalStore:
             recovery.discarded_tx += 1
             cut_lsn = self._append(RecordType.TX_CUT, encode_lsn(state.open_tx))
             self._live.removal(cut_lsn, state.open_tx)
-        counts = recovery.messages
+
+    def _second_pass(
+        self,
+        deliver: Callable[[Message], None],
+        take_encoded: Callable[[EncodedMessage], bool] | None,
+    ) -> None:
+        """Hand the live messages back in journal order. Only the records the first pass noted
+        for it are read again (reread), and of those only the ones still live."""
+        state, live, counts = self._replay_state, self._live, _Counts()
 
         def restored(message: Message) -> None:
-            counts[message.destination] = counts.get(message.destination, 0) + 1
+            counts.add(message.destination)
             deliver(message)
 
-        for record in self.journal.scan():
-            lsn = record.position.lsn
-            for extension in self._extensions:
-                extension.restore(record, restored)
-            if record.type == RecordType.ADD and self._live.is_live(lsn):
-                message = decode_message(record.payload)
-                message.location = lsn
-                message.marks = state.marks.get(lsn)
+        for base in list(state.reread):
+            for record in self._reread(base):
+                lsn = record.position.lsn
+                for extension in self._extensions:
+                    extension.restore(record, restored)
+                if record.type != _ADD or not live.is_live(lsn):
+                    continue
+                message = peek_message(record.payload)
+                message.location, message.marks = lsn, state.marks.get(lsn)
                 message.delivery_count = state.deliveries.get(lsn, 0)
-                restored(message)
+                if take_encoded is not None and take_encoded(message):
+                    counts.add(message.destination)
+                else:
+                    restored(message.decode())
         for extension in self._extensions:
             extension.restore(None, restored)
-        return recovery
+        state.recovery.messages = counts.by_name()
+
+    def _reread(self, base: int) -> Iterator[Record]:
+        """The records noted in segment `base` that are live now: nothing comes back to life,
+        and an ADD is checked again when handled. Their notes go once they are read."""
+        lsns, offsets = self._replay_state.reread.pop(base)
+        keep = self._live.live_among(base, lsns)
+        return self.journal.read_many(base, [lsns[i] for i in keep], [offsets[i] for i in keep])
 
     def _first_pass(self, records: Iterable[Record]) -> None:
-        """Rebuild liveness and bookkeeping. A transaction's records are replayed only once
-        all of them have been read: a transaction cut by a crash must change nothing."""
-        state = self._replay_state
+        """Rebuild liveness and bookkeeping, and note what the second pass reads. A
+        transaction's records are replayed only once all of them have been read: a transaction
+        cut by a crash must change nothing."""
+        state, live = self._replay_state, self._live
+        restore_types = frozenset(t for e in self._extensions for t in e.restore_types)
         segment = 0
+        lsns: array[int] = array("Q")
+        offsets: array[int] = array("Q")
         for record in records:
-            lsn = record.position.lsn
-            if record.position.segment != segment:
-                if record.position.segment < segment:
+            position = record.position
+            lsn, kind = position.lsn, record.type
+            if position.segment != segment:
+                if position.segment < segment:
                     self._impossible(record, f"it follows records of segment {segment}")
-                segment = record.position.segment
-                self._live.add_segment(segment)
+                segment = position.segment
+                live.add_segment(segment)
+                lsns, offsets = state.reread[segment] = (array("Q"), array("Q"))
+            if kind == _ADD or kind in restore_types:
+                lsns.append(lsn)
+                offsets.append(position.offset)
             if state.open_tx is not None:
                 self._tx_member(record)
-                continue
-            if record.type == RecordType.TX:
-                self._live.born(lsn, live=False)  # only recovery reads it
+            elif kind == _ADD:
+                live.born(lsn)  # most records: nothing more to it
+            elif kind == _TX:
+                live.born(lsn, live=False)  # only recovery reads it
                 state.tx_size = decode_tx(record.payload)
                 state.open_tx = lsn if state.tx_size else None
-                continue
-            if record.type == RecordType.TX_CUT:
+            elif kind == _TX_CUT:
                 self._refers(record, decode_lsn(record.payload))
-                self._live.born(lsn, live=False)  # its transaction was compacted away
-                continue
-            extension = self._extension_of.get(record.type)  # (never inside a transaction)
-            if extension is not None:
-                extension.replay(record)
-                continue
-            self._replay(record)
+                live.born(lsn, live=False)  # its transaction was compacted away
+            elif kind in self._extension_of:  # (never inside a transaction)
+                self._extension_of[kind].replay(record)
+            else:
+                self._replay(record)
         if state.open_tx is not None:
             for member in state.tx_records:
-                self._live.born(member.position.lsn, live=False)
+                live.born(member.position.lsn, live=False)
 
     def _tx_member(self, record: Record) -> None:
         """A record after a TX: one of its records, or the TX_CUT that voids it."""
@@ -799,21 +874,29 @@ class JournalStore:
             self._live.born(lsn, live=False)  # written in the segment of all its ADDs
             for add in adds:
                 self._live.kill(add)
+        marks, deliveries = state.marks, state.deliveries
         for add in adds:
-            for mark in state.marks.pop(add, []):
-                self._drop_mark(mark)
-            state.deliveries.pop(add, None)
+            dropped = marks.pop(add, None)
+            if dropped is not None:
+                for mark in dropped:
+                    self._drop_mark(mark)
+            deliveries.pop(add, None)
 
     def _replay_run(self, record: Record, adds: tuple[int, ...]) -> None:
         """A DELIVERED_RUN: a delivery of each message still live, and live while one is."""
         state = self._replay_state
+        marks, deliveries, liveness = state.marks, state.deliveries, self._live
         lsn = record.position.lsn
         live = 0
         for add in adds:
-            if self._refers(record, add) and self._live.is_live(add):
+            if self._refers(record, add) and liveness.is_live(add):
                 live += 1
-                state.marks.setdefault(add, []).append(lsn)
-                state.deliveries[add] = state.deliveries.get(add, 0) + 1
+                held = marks.get(add)
+                if held is None:
+                    marks[add] = [lsn]
+                else:
+                    held.append(lsn)
+                deliveries[add] = deliveries.get(add, 0) + 1
         self._live.born(lsn, live=live > 0)
         if live:
             self._run_refs[lsn] = live

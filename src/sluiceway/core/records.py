@@ -85,6 +85,20 @@ assert _SEQ_ADD.size == 16
 assert _SUB_SEQ_ADD.size == 20
 assert _MESSAGE_FIXED.size == 1 + 1 + 8 + 8 + 4 + 2
 
+_DESTINATION_HEAD: Final = 3  # a destination's kind u8 and the u16 length of its name
+_SEQ_ID: Final = struct.Struct("<QH")  # a message's seq, then the length of its id
+_COUNT_AT: Final = 18  # where the delivery count u32 is in _MESSAGE_FIXED
+# Read for every message recovered (peek_message): Final ints and bound methods are C statics
+# when compiled, where a struct's `size` or `unpack_from` is an attribute lookup.
+_U16_SIZE: Final = 2
+_U32_SIZE: Final = 4
+_SEQ_ID_SIZE: Final = 10
+_FIXED_SIZE: Final = 24  # its header count, a u16, comes last
+assert (_U16.size, _U32.size, _SEQ_ID.size, _MESSAGE_FIXED.size) == (2, 4, 10, 24)
+assert struct.calcsize("<BBqq") == _COUNT_AT
+_unpack_seq_id: Final = _SEQ_ID.unpack_from
+_unpack_fixed: Final = _MESSAGE_FIXED.unpack_from
+
 _KINDS: Final = (DestinationKind.QUEUE, DestinationKind.TOPIC)
 _KIND_CODES: Final = {DestinationKind.QUEUE: 0, DestinationKind.TOPIC: 1}
 
@@ -297,37 +311,133 @@ class Reader:
         return self.take(self.u32())
 
     def destination(self) -> DestinationName:
-        (code,) = self.unpack(_U8)
-        if code >= len(_KINDS):
-            raise RecordError(f"unknown destination kind {code}")
-        return DestinationName(_KINDS[code], self.text())
+        if self._pos + _DESTINATION_HEAD > len(self._data):
+            self.take(_DESTINATION_HEAD)  # (raises: the payload is too short)
+        (length,) = _U16.unpack_from(self._data, self._pos + 1)
+        return _named(self.take(_DESTINATION_HEAD + length))
 
     def done(self) -> None:
         if self._pos != len(self._data):
             raise RecordError(f"{len(self._data) - self._pos} bytes left over in a payload")
 
 
+@lru_cache(maxsize=4096)  # a few names carry most records: each decoded once, then shared
+def _named(encoded: bytes) -> DestinationName:
+    """A destination from its record form (kind u8, then its name as text)."""
+    code = encoded[0]
+    if code >= len(_KINDS):
+        raise RecordError(f"unknown destination kind {code}")
+    return DestinationName(_KINDS[code], encoded[_DESTINATION_HEAD:].decode())
+
+
 def decode_message(data: bytes) -> Message:
-    reader = Reader(data)
-    destination = reader.destination()
-    seq = reader.u64()
-    message_id = reader.text()
-    priority, persistent, expires, timestamp, count, header_count = reader.unpack(_MESSAGE_FIXED)
-    headers = tuple((reader.text(), reader.text()) for _ in range(header_count))
-    body = reader.blob()
-    reader.done()
-    return Message(
-        id=message_id,
-        destination=destination,
-        body=body,
-        headers=headers,
-        priority=priority,
-        expires=expires,
-        persistent=bool(persistent),
-        timestamp=timestamp,
-        seq=seq,
-        delivery_count=count,
+    """A message from its encoding (RecordError if its lengths do not add up)."""
+    return peek_message(data).decode()
+
+
+class EncodedMessage:
+    """A message in its encoding (an ADD record's payload, an entry of a spilled chunk), with
+    the fields that say where it goes, read without decoding the rest: recovery files a message
+    bound for the swap area as these bytes (core.restoring), since a spilled chunk holds
+    messages in this same form; `decode` makes the Message."""
+
+    __slots__ = (
+        "count_at",
+        "delivery_count",
+        "destination",
+        "id_at",
+        "location",
+        "marks",
+        "payload",
+        "priority",
+        "seq",
+        "size",
     )
+
+    def __init__(self, payload: bytes, destination: DestinationName, seq: int) -> None:
+        self.payload = payload
+        self.destination = destination
+        self.seq = seq
+        self.priority = 0
+        self.size = 0  # body bytes
+        self.id_at = 0  # where in the payload its id starts; the fixed fields follow it
+        self.count_at = 0  # where its delivery count is
+        # The delivery count the payload holds; recovery sets the one it found instead, with
+        # the ADD's LSN and marks, as for a decoded message.
+        self.delivery_count = 0
+        self.location = 0
+        self.marks: list[int] | None = None
+
+    def decode(self) -> Message:
+        data, fixed_at = self.payload, self.count_at - _COUNT_AT
+        _, persistent, expires, timestamp, _, header_count = _unpack_fixed(data, fixed_at)
+        headers: list[tuple[str, str]] = []
+        at = fixed_at + _FIXED_SIZE
+        for _ in range(header_count):
+            name_end = at + _U16_SIZE + _u16_at(data, at)
+            value_end = name_end + _U16_SIZE + _u16_at(data, name_end)
+            name = data[at + _U16_SIZE : name_end].decode()
+            headers.append((name, data[name_end + _U16_SIZE : value_end].decode()))
+            at = value_end
+        return Message(
+            id=data[self.id_at : fixed_at].decode(),
+            destination=self.destination,
+            body=data[len(data) - self.size :],
+            headers=tuple(headers),
+            priority=self.priority,
+            expires=expires,
+            persistent=bool(persistent),
+            timestamp=timestamp,
+            seq=self.seq,
+            delivery_count=self.delivery_count,
+            location=self.location,
+            marks=self.marks,
+        )
+
+    def encoded(self) -> bytes:
+        """The message as encode_message writes it: the payload, with the delivery count set
+        (an ADD's payload holds the count the message had when it was added)."""
+        payload, at = self.payload, self.count_at
+        if _u32_at(payload, at) == self.delivery_count:
+            return payload
+        return payload[:at] + _U32.pack(self.delivery_count) + payload[at + _U32_SIZE :]
+
+
+def peek_message(data: bytes) -> EncodedMessage:
+    """An encoded message's destination, seq, priority, delivery count and body size, and where
+    its other fields are. Its lengths are checked to add up to the payload's (RecordError if
+    not); its text is not decoded."""
+    try:
+        at = _DESTINATION_HEAD + _u16_at(data, 1)
+        seq: int
+        id_length: int
+        seq, id_length = _unpack_seq_id(data, at)
+        message = EncodedMessage(data, _named(data[:at]), seq)
+        message.id_at = at + _SEQ_ID_SIZE
+        at = message.id_at + id_length
+        message.priority = data[at]
+        message.count_at = at + _COUNT_AT
+        message.delivery_count = _u32_at(data, message.count_at)
+        headers = _u16_at(data, at + _FIXED_SIZE - _U16_SIZE)
+        at += _FIXED_SIZE
+        for _ in range(2 * headers):  # each header's name and value
+            at += _U16_SIZE + _u16_at(data, at)
+        message.size = _u32_at(data, at)
+    except (struct.error, IndexError):
+        raise RecordError(f"a message of {len(data)} bytes is cut short") from None
+    if at + _U32_SIZE + message.size != len(data):
+        raise RecordError(f"a message's lengths do not add up to its {len(data)} bytes")
+    return message
+
+
+# Little-endian integers read byte by byte: a compiled index is a C array access, where
+# struct's unpack_from is a method call and a tuple per field (peek_message reads several).
+def _u16_at(data: bytes, at: int) -> int:
+    return data[at] | data[at + 1] << 8
+
+
+def _u32_at(data: bytes, at: int) -> int:
+    return data[at] | data[at + 1] << 8 | data[at + 2] << 16 | data[at + 3] << 24
 
 
 def decode_position(data: bytes) -> tuple[DestinationName, int]:

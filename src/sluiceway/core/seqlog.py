@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 
 from sluiceway.core.message import Message
-from sluiceway.core.pending import Chunk, decode_chunk, encode_chunk
+from sluiceway.core.pending import chunk_of, decode_chunk, encode_chunk
 from sluiceway.core.spilling import SpillingRun
 
 
@@ -83,7 +83,7 @@ class SeqLog(SpillingRun):
         kept = [m for m in messages if m.seq >= below_seq]
         trimmed.extend(m for m in messages if m.seq < below_seq)
         if kept:
-            self._chunks.appendleft(Chunk(self._spill.write(encode_chunk(kept)), kept))
+            self._chunks.appendleft(chunk_of(self._spill.write(encode_chunk(kept)), kept))
 
     def clear(self) -> list[Message]:
         """Remove everything (for persistent messages the caller needs them: they are read)."""

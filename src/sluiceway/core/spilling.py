@@ -23,6 +23,7 @@ from sluiceway.core.pending import (
     CHUNK_MESSAGES,
     Chunk,
     Spill,
+    chunk_of,
     decode_chunk,
     encode_chunk,
 )
@@ -80,7 +81,7 @@ class SpillingRun:
     def _spill_filling(self) -> None:
         assert self._spill is not None
         messages, self._filling, self._filling_bytes = self._filling, [], 0
-        self._chunks.append(Chunk(self._spill.write(encode_chunk(messages)), messages))
+        self._chunks.append(chunk_of(self._spill.write(encode_chunk(messages)), messages))
         for message in messages:
             self._ledger.let_go(message)
 

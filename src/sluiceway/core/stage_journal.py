@@ -22,10 +22,11 @@ the whole state at its point, so records of stages it does not name were decided
 since compacted away, and die; so do those of stages neither open nor published at the end of
 the pass (in a compacted segment, a STAGE_ADD comes before the snapshot that restates its
 stage). REMOVEs and marks of published messages are replayed by the store as for any ADD.
-Second pass (`restore`, in journal order): a live STAGE_ADD of an open stage goes back into its
-stage; the live messages of each published stage are read back by position and handed to their
-destinations just before the first record that follows their COMMIT, so every destination gets
-its messages back in sequence order.
+Second pass (`restore`, in journal order, over the live ADDs and STAGE_ADDs, the only records it
+reads): a live STAGE_ADD of an open stage goes back into its stage; the live messages of each
+published stage are read back by position and handed to their destinations just before the
+first of those records that follows their COMMIT, so every destination gets its messages back
+in sequence order.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class StageJournal:
     """Keeps a StageArea in a JournalStore (the area's recorder, and a journal extension)."""
 
     record_types: frozenset[int] = RECORD_TYPES
+    restore_types: frozenset[int] = frozenset({RecordType.STAGE_ADD})  # an open stage's messages
 
     def __init__(self, store: JournalStore, area: StageArea) -> None:
         self._store = store
@@ -245,7 +247,9 @@ class StageJournal:
     # -- recovery, second pass -----------------------------------------------------------------
 
     def restore(self, record: Record | None, deliver: Callable[[Message], None]) -> None:
-        """Called with every record of the second pass before it is handled, then with None."""
+        """Called with each record the second pass reads (live ADDs and STAGE_ADDs) before it is
+        handled, then with None. A published stage goes back just before the first of them
+        after its COMMIT, so every destination gets its messages back in sequence order."""
         state = self._replay
         if state is None:
             state = self._replay = _Replay()
