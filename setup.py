@@ -46,6 +46,9 @@ COMPILED = (
     "sluiceway/server/render.py",
     "sluiceway/server/session.py",
     "sluiceway/store/journal.py",
+    "sluiceway/store/recovering.py",
+    "sluiceway/store/segment_set.py",
+    "sluiceway/store/segments.py",
 )
 MANIFEST = "compiled.json"
 BUILD_FAILURES = (CCompilerError, CompileError, ExecError, LinkError, PlatformError, OSError)

@@ -19,8 +19,9 @@ import pytest
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
 from sluiceway.core.message import Message
-from sluiceway.core.persistence import JournalStore, Recovery
+from sluiceway.core.persistence import JournalStore
 from sluiceway.core.records import RecordType, encode_position, encode_tx
+from sluiceway.core.replay import Recovery
 from sluiceway.core.store import MessageStore
 from sluiceway.core.subscription import AckMode, Delivery
 from sluiceway.errors import BadRequest, InternalError

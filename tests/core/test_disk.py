@@ -24,7 +24,8 @@ from sluiceway.core.persistence import JournalStore
 from sluiceway.core.subscription import AckMode
 from sluiceway.errors import InternalError, ResourceFull
 from sluiceway.naming import parse_destination
-from sluiceway.store.journal import Journal, JournalError, SyncPolicy
+from sluiceway.store.journal import Journal, SyncPolicy
+from sluiceway.store.segments import JournalError
 from sluiceway.store.simulated import SimulatedDisk
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sluiceway.core.message import Message
-from sluiceway.core.persistence import RUN_MAX, JournalStore, Recovery
+from sluiceway.core.persistence import RUN_MAX, JournalStore
 from sluiceway.core.records import (
     DurableRecord,
     RecordType,
@@ -17,8 +17,10 @@ from sluiceway.core.records import (
     encode_message,
     encode_tx,
 )
+from sluiceway.core.replay import Recovery
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.store.journal import CorruptJournal, Journal, JournalError, SyncPolicy
+from sluiceway.store.journal import Journal, SyncPolicy
+from sluiceway.store.segments import CorruptJournal, JournalError
 
 QUEUE = DestinationName(DestinationKind.QUEUE, "q")
 TOPIC = DestinationName(DestinationKind.TOPIC, "t")

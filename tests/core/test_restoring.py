@@ -13,7 +13,8 @@ from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
 from sluiceway.core.destination import Queue, Topic
 from sluiceway.core.message import Message
-from sluiceway.core.persistence import JournalStore, Recovery
+from sluiceway.core.persistence import JournalStore
+from sluiceway.core.replay import Recovery
 from sluiceway.core.subscription import AckMode
 from sluiceway.naming import parse_destination
 from sluiceway.store.journal import Journal, SyncPolicy

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sluiceway.config import build_config
-from sluiceway.core.persistence import JournalStore, Recovery
+from sluiceway.core.persistence import JournalStore
+from sluiceway.core.replay import Recovery
 from sluiceway.errors import InternalError
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame

@@ -42,7 +42,7 @@ from hypothesis.stateful import (
 
 from sluiceway.protocol.frames import Frame
 from sluiceway.server.storage import StorageError
-from sluiceway.store.journal import JournalError
+from sluiceway.store.segments import JournalError
 from sluiceway.store.simulated import SimulatedCrash, SimulatedDisk
 from sluiceway.testing import FakeClock
 from tests.persistence.inprocess import Link, Node

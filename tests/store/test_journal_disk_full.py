@@ -17,7 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluiceway.store.journal import Journal, JournalError, JournalWriteError, SyncPolicy
+from sluiceway.store.journal import Journal, SyncPolicy
+from sluiceway.store.segments import JournalError, JournalWriteError
 from sluiceway.store.simulated import SimulatedDisk
 
 DIRECTORY = Path("/data/journal")

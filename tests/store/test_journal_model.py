@@ -23,7 +23,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from sluiceway.store.journal import Journal, Position, Record, SyncPolicy
+from sluiceway.store.journal import Journal, SyncPolicy
+from sluiceway.store.segments import Position, Record
 
 SEGMENT_SIZE = 160  # bytes: a few records per segment, so operations cross segments often
 RECORDS = st.lists(st.tuples(st.integers(0, 255), st.binary(max_size=70)), min_size=1, max_size=6)

@@ -11,14 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.store.journal import (
-    CorruptJournal,
-    Journal,
-    JournalError,
-    Position,
-    Record,
-    SyncPolicy,
-)
+from sluiceway.store.journal import Journal, SyncPolicy
+from sluiceway.store.segments import CorruptJournal, JournalError, Position, Record
 
 
 class Journals:

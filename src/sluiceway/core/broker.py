@@ -32,10 +32,11 @@ from sluiceway.core.lease_records import encode_lease_snapshot
 from sluiceway.core.leases import Leases
 from sluiceway.core.memory import MemoryLedger, MemoryLevel, level_policy, swap_point
 from sluiceway.core.pending import Spill
-from sluiceway.core.persistence import JournalStore, Recovery
+from sluiceway.core.persistence import JournalStore
 from sluiceway.core.producers import ProducerControl
 from sluiceway.core.records import DurableRecord, RecordType
 from sluiceway.core.registry import DestinationRegistry
+from sluiceway.core.replay import Recovery
 from sluiceway.core.restoring import Restorer
 from sluiceway.core.selector import compile_selector
 from sluiceway.core.stage_journal import StageJournal
@@ -51,7 +52,7 @@ from sluiceway.errors import (
     ResourceFull,
 )
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.store.journal import JournalWriteError
+from sluiceway.store.segments import JournalWriteError
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from sluiceway.core.subscription import (
 from sluiceway.core.transaction import Transaction
 from sluiceway.errors import BadRequest, BrokerError, Conflict, InternalError, ResourceFull
 from sluiceway.naming import DestinationName
-from sluiceway.store.journal import JournalError
+from sluiceway.store.segments import JournalError
 
 if TYPE_CHECKING:
     from sluiceway.core.broker import Broker

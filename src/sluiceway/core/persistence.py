@@ -24,32 +24,22 @@ A write the disk refuses is survived: its records wait in memory, in order, and 
 retries it (store.journal); what that means for producers is core.disk's, which the store tells
 what the journal finds (a failed write at once, the free space on each upkeep).
 
-Recovery reads the journal twice: the first pass replays only the bookkeeping (which ADDs are
-still live, how often each was delivered, the durable subscriptions) and notes where each ADD
-is; the second reads again only the ADDs still live, in order, and hands their messages to their
-destinations, which spill to the swap area as needed, so a backlog larger than memory can be
-recovered. A message bound for the swap area is handed over as its record holds it, never
-decoded (core.restoring): a large backlog is mostly that.
+Recovery is core.replay's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Final, NoReturn, Protocol
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final
 
 from sluiceway.core.clock import SystemClock
 from sluiceway.core.disk import DiskGuard, DiskLevel, observe_journal
 from sluiceway.core.lease_records import (
-    STATE_RECORDS,
     CursorRecord,
     LeaseRecord,
     LeaseState,
-    RecoveredLeases,
-    decode_lease_mark,
     encode_cursor,
     encode_cursor_end,
     encode_lease,
@@ -62,17 +52,7 @@ from sluiceway.core.records import (
     DurableRecord,
     EncodedMessage,
     RecordType,
-    decode_durable,
-    decode_lsn,
-    decode_lsns,
-    decode_mark,
-    decode_position,
-    decode_snapshot,
-    decode_sub,
-    decode_sub_mark,
-    decode_tx,
     encode_durable,
-    encode_lsn,
     encode_lsns,
     encode_mark,
     encode_message,
@@ -81,12 +61,11 @@ from sluiceway.core.records import (
     encode_sub,
     encode_sub_mark,
     encode_tx,
-    peek_message,
 )
+from sluiceway.core.replay import RESTATED_BY, JournalExtension, Recovery, Replay
 from sluiceway.naming import DestinationName
-from sluiceway.store.journal import (
-    CorruptJournal,
-    Journal,
+from sluiceway.store.journal import Journal
+from sluiceway.store.segments import (
     JournalError,
     JournalWriteError,
     Position,
@@ -95,116 +74,14 @@ from sluiceway.store.journal import (
 
 log = logging.getLogger(__name__)
 
-# Read for every record recovered: a Final name is a C static when compiled (setup.py says why).
-_ADD: Final = int(RecordType.ADD)
-_TX: Final = int(RecordType.TX)
-_TX_CUT: Final = int(RecordType.TX_CUT)
-
 COMPACT_BELOW: Final = 0.25  # rewrite a segment when fewer than this share of its records live
 COMPACT_MIN_BYTES: Final = 1024 * 1024  # ...and it is at least this big (small ones: not worth it)
 SEQ_BLOCK: Final = 1000  # sequence numbers reserved per SEQ record
-# The snapshot record that restates each kind of state record at the start of every segment.
-RESTATED_BY: Final = {
-    **dict.fromkeys(
-        (RecordType.SNAPSHOT, RecordType.SEQ, RecordType.DURABLE, RecordType.DURABLE_END),
-        RecordType.SNAPSHOT,
-    ),
-    **dict.fromkeys(STATE_RECORDS, RecordType.LEASE_SNAPSHOT),
-    **dict.fromkeys(
-        (
-            RecordType.STAGE_OPEN,
-            RecordType.STAGE_COMMIT,
-            RecordType.STAGE_DISCARD,
-            RecordType.STAGE_SNAPSHOT,
-        ),
-        RecordType.STAGE_SNAPSHOT,
-    ),
-}
 RUN_MAX: Final = 1024  # deliveries (or removals) gathered for one *_RUN record, at most
 
 Snapshot = Callable[[], tuple[list[tuple[DestinationName, int]], list[DurableRecord]]]
 # More state a new segment starts with, after the SNAPSHOT: one record (type and payload).
 SnapshotPart = Callable[[], tuple[RecordType, bytes]]
-
-
-class JournalExtension(Protocol):
-    """Records another core module keeps in this journal under record types of its own
-    (core.stage_journal), replayed through these calls."""
-
-    record_types: frozenset[int]
-    restore_types: frozenset[int]  # those of its records the second pass reads again
-
-    def replay(self, record: Record) -> None:
-        """First recovery pass: one of its records, in journal order (bookkeeping only)."""
-        ...
-
-    def restore(self, record: Record | None, deliver: Callable[[Message], None]) -> None:
-        """Second pass: called with each record it reads (the live ADDs, and the live records
-        of every extension's restore_types), in journal order, before the record is handled,
-        then with None at the end; `deliver` takes messages back into their destinations, as
-        for ADD records."""
-        ...
-
-
-@dataclass
-class RecoveredDurable:
-    record: DurableRecord
-    acked: set[int] = field(default_factory=set)  # seqs acknowledged (still retained)
-    delivered: dict[int, int] = field(default_factory=dict)  # seq -> deliveries
-
-
-@dataclass
-class _ReplayState:
-    """What the first recovery pass keeps while it reads."""
-
-    recovery: Recovery
-    marks: dict[int, list[int]] = field(default_factory=dict)  # ADD LSN -> its mark LSNs
-    deliveries: dict[int, int] = field(default_factory=dict)  # ADD LSN -> DELIVERED count
-    open_tx: int | None = None  # LSN of a transaction whose records are being read
-    tx_size: int = 0
-    tx_records: list[Record] = field(default_factory=list)
-    # Per durable subscription id, whatever its definition: a compacted segment may hold its
-    # acknowledgements while its definition survives only in a later snapshot.
-    acked: dict[int, set[int]] = field(default_factory=dict)
-    delivered: dict[int, dict[int, int]] = field(default_factory=dict)
-    # What the second pass reads again, by segment: the LSNs and offsets of the ADDs and of
-    # the extensions' restore_types. It reads those still live, and nothing else.
-    reread: dict[int, tuple[array[int], array[int]]] = field(default_factory=dict)
-
-
-class _Counts:
-    """Messages recovered per destination, kept by path: a string keeps its hash, where
-    DestinationName's __hash__ is Python code run at every call."""
-
-    __slots__ = ("_counts", "_names")
-
-    def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
-        self._names: dict[str, DestinationName] = {}
-
-    def add(self, name: DestinationName) -> None:
-        path = name.path
-        if path in self._counts:
-            self._counts[path] += 1
-        else:
-            self._counts[path], self._names[path] = 1, name
-
-    def by_name(self) -> dict[DestinationName, int]:
-        return {self._names[path]: count for path, count in self._counts.items()}
-
-
-@dataclass
-class Recovery:
-    """What the journal held: sequence high waters, durable subscriptions, counts."""
-
-    seqs: dict[DestinationName, int] = field(default_factory=dict)
-    durables: dict[int, RecoveredDurable] = field(default_factory=dict)
-    messages: dict[DestinationName, int] = field(default_factory=dict)
-    discarded_tx: int = 0
-    # References to messages of deleted segments: REMOVEs, delivery and acknowledgement marks
-    # that outlived the segment of the message they name. That message is gone, so are they.
-    outlived: int = 0
-    leases: RecoveredLeases = field(default_factory=RecoveredLeases)  # and topic cursors
 
 
 class JournalStore:
@@ -224,7 +101,6 @@ class JournalStore:
         self._restated = 0
         self._tx: list[tuple[RecordType, bytes, Message]] | None = None
         self._extensions: list[JournalExtension] = []
-        self._extension_of: dict[int, JournalExtension] = {}  # by record type
         # Deliveries not yet in the journal: written as one DELIVERED_RUN before any other record
         # and by every flush (so before the MESSAGE frames that carry them leave).
         self._run: list[Message] = []
@@ -253,8 +129,6 @@ class JournalStore:
 
     def add_extension(self, extension: JournalExtension) -> None:
         self._extensions.append(extension)
-        for record_type in extension.record_types:
-            self._extension_of[record_type] = extension
 
     # -- appending --------------------------------------------------------------------------------
 
@@ -456,16 +330,12 @@ class JournalStore:
 
     def forget_replayed(self, lsn: int) -> None:
         """Recovery, first pass: the record `lsn` read earlier is dead, and so are its marks."""
-        self._live.kill(lsn)
-        for mark in self._replay_state.marks.pop(lsn, []):
-            self._drop_mark(mark)
-        self._replay_state.deliveries.pop(lsn, None)
+        self._replay.forget(lsn)
 
     def replayed_message(self, lsn: int) -> tuple[list[int] | None, int]:
         """Recovery, second pass: the marks and delivery count replayed for the record `lsn`
         that holds a message."""
-        state = self._replay_state
-        return state.marks.get(lsn), state.deliveries.get(lsn, 0)
+        return self._replay.message(lsn)
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[None]:
@@ -688,252 +558,16 @@ class JournalStore:
         deliver: Callable[[Message], None],
         take_encoded: Callable[[EncodedMessage], bool] | None = None,
     ) -> Recovery:
-        """Replay the journal: `deliver` gets each live message, in order; returns the rest.
-        `take_encoded`, when given, is offered each live ADD's message first, undecoded; one it
-        takes (True) is not decoded, nor given to `deliver`."""
-        recovery = Recovery()
-        self._replay_state = _ReplayState(recovery)
-        self._first_pass(self.journal.recover())
-        self._first_pass_done()
-        self._second_pass(deliver, take_encoded)
-        return recovery
-
-    def _first_pass_done(self) -> None:
-        state = self._replay_state
-        recovery = state.recovery
-        recovery.leases.keep_live(self._live.is_live)
-        for sub_id, durable in recovery.durables.items():
-            durable.acked = state.acked.get(sub_id, set())
-            durable.delivered = state.delivered.get(sub_id, {})
-        for segment in self.journal.segments():
-            self._live.add_segment(segment.base_lsn)  # the active one may hold no record yet
-        if state.open_tx is not None:
-            # The journal ends inside a transaction: it never committed. Say so in the journal,
-            # so that records appended from now on are not taken for its missing ones.
-            recovery.discarded_tx += 1
-            cut_lsn = self._append(RecordType.TX_CUT, encode_lsn(state.open_tx))
-            self._live.removal(cut_lsn, state.open_tx)
-
-    def _second_pass(
-        self,
-        deliver: Callable[[Message], None],
-        take_encoded: Callable[[EncodedMessage], bool] | None,
-    ) -> None:
-        """Hand the live messages back in journal order. Only the records the first pass noted
-        for it are read again (reread), and of those only the ones still live."""
-        state, live, counts = self._replay_state, self._live, _Counts()
-
-        def restored(message: Message) -> None:
-            counts.add(message.destination)
-            deliver(message)
-
-        for base in list(state.reread):
-            for record in self._reread(base):
-                lsn = record.position.lsn
-                for extension in self._extensions:
-                    extension.restore(record, restored)
-                if record.type != _ADD or not live.is_live(lsn):
-                    continue
-                message = peek_message(record.payload)
-                message.location, message.marks = lsn, state.marks.get(lsn)
-                message.delivery_count = state.deliveries.get(lsn, 0)
-                if take_encoded is not None and take_encoded(message):
-                    counts.add(message.destination)
-                else:
-                    restored(message.decode())
-        for extension in self._extensions:
-            extension.restore(None, restored)
-        state.recovery.messages = counts.by_name()
-
-    def _reread(self, base: int) -> Iterator[Record]:
-        """The records noted in segment `base` that are live now: nothing comes back to life,
-        and an ADD is checked again when handled. Their notes go once they are read."""
-        lsns, offsets = self._replay_state.reread.pop(base)
-        keep = self._live.live_among(base, lsns)
-        return self.journal.read_many(base, [lsns[i] for i in keep], [offsets[i] for i in keep])
-
-    def _first_pass(self, records: Iterable[Record]) -> None:
-        """Rebuild liveness and bookkeeping, and note what the second pass reads. A
-        transaction's records are replayed only once all of them have been read: a transaction
-        cut by a crash must change nothing."""
-        state, live = self._replay_state, self._live
-        restore_types = frozenset(t for e in self._extensions for t in e.restore_types)
-        segment = 0
-        lsns: array[int] = array("Q")
-        offsets: array[int] = array("Q")
-        for record in records:
-            position = record.position
-            lsn, kind = position.lsn, record.type
-            if position.segment != segment:
-                if position.segment < segment:
-                    self._impossible(record, f"it follows records of segment {segment}")
-                segment = position.segment
-                live.add_segment(segment)
-                lsns, offsets = state.reread[segment] = (array("Q"), array("Q"))
-            if kind == _ADD or kind in restore_types:
-                lsns.append(lsn)
-                offsets.append(position.offset)
-            if state.open_tx is not None:
-                self._tx_member(record)
-            elif kind == _ADD:
-                live.born(lsn)  # most records: nothing more to it
-            elif kind == _TX:
-                live.born(lsn, live=False)  # only recovery reads it
-                state.tx_size = decode_tx(record.payload)
-                state.open_tx = lsn if state.tx_size else None
-            elif kind == _TX_CUT:
-                self._refers(record, decode_lsn(record.payload))
-                live.born(lsn, live=False)  # its transaction was compacted away
-            elif kind in self._extension_of:  # (never inside a transaction)
-                self._extension_of[kind].replay(record)
-            else:
-                self._replay(record)
-        if state.open_tx is not None:
-            for member in state.tx_records:
-                live.born(member.position.lsn, live=False)
-
-    def _tx_member(self, record: Record) -> None:
-        """A record after a TX: one of its records, or the TX_CUT that voids it."""
-        state = self._replay_state
-        if record.type == RecordType.TX_CUT and decode_lsn(record.payload) == state.open_tx:
-            for member in state.tx_records:
-                self._live.born(member.position.lsn, live=False)
-            self._live.born(record.position.lsn, live=False)
-            state.open_tx, state.tx_records = None, []
-            return
-        state.tx_records.append(record)
-        if len(state.tx_records) == state.tx_size:
-            for member in state.tx_records:
-                self._replay(member)
-            state.open_tx, state.tx_records = None, []
-
-    def _impossible(self, record: Record, why: str) -> NoReturn:
-        """Stop recovery: the record says something no journal this broker wrote can say."""
-        position = record.position
-        raise CorruptJournal(
-            self.journal.segment_path(position.segment),
-            position.offset,
-            f"record {position.lsn} (type {record.type}) cannot be right: {why}",
-            skippable=False,
+        """Replay the journal (core.replay): `deliver` gets each live message, in order; returns
+        the rest. `take_encoded`, when given, is offered each live ADD's message first,
+        undecoded; one it takes (True) is not decoded, nor given to `deliver`."""
+        self._replay = Replay(
+            self.journal,
+            self._live,
+            extensions=self._extensions,
+            run_refs=self._run_refs,
+            state_read=self._state_read,
+            drop_mark=self._drop_mark,
+            append=self._append,
         )
-
-    def _refers(self, record: Record, lsn: int) -> bool:
-        """Check a reference from `record` to the record `lsn`, which must come before it;
-        False when `lsn` was in a segment deleted since (counted: it is dead)."""
-        if not 0 < lsn < record.position.lsn:
-            self._impossible(record, f"it names record {lsn}, which does not come before it")
-        if self._live.gone(lsn):
-            self._replay_state.recovery.outlived += 1
-            return False
-        return True
-
-    def _replay(self, record: Record) -> None:
-        state = self._replay_state
-        lsn = record.position.lsn
-        try:
-            kind = RecordType(record.type)
-        except ValueError:
-            self._impossible(record, "no version of this broker writes that type")
-        if kind is RecordType.ADD:
-            self._live.born(lsn)
-        elif kind is RecordType.REMOVE or kind is RecordType.REMOVE_RUN:
-            self._replay_removal(record, kind)
-        elif kind is RecordType.DELIVERED_RUN:
-            self._replay_run(record, decode_lsns(record.payload))
-        elif kind is RecordType.DELIVERED:  # one delivery a record: journals of earlier versions
-            self._replay_run(record, (decode_mark(record.payload)[2],))
-        elif kind is RecordType.LEASE_MARK:
-            lease_id, _, add = decode_lease_mark(record.payload)
-            if self._replay_mark(record, add):  # a lease took it: one delivery
-                state.deliveries[add] = state.deliveries.get(add, 0) + 1
-                state.recovery.leases.marked(add, lease_id)
-        elif kind in (RecordType.DURABLE_ACK, RecordType.DURABLE_DELIVERED):
-            sub_id, seq, add = decode_sub_mark(record.payload)
-            if self._replay_mark(record, add):
-                if kind is RecordType.DURABLE_ACK:
-                    state.acked.setdefault(sub_id, set()).add(seq)
-                else:
-                    counts = state.delivered.setdefault(sub_id, {})
-                    counts[seq] = counts.get(seq, 0) + 1
-        else:
-            self._replay_meta(record, kind)
-
-    def _replay_removal(self, record: Record, kind: RecordType) -> None:
-        state = self._replay_state
-        lsn = record.position.lsn
-        if kind is RecordType.REMOVE:
-            adds: tuple[int, ...] = (decode_mark(record.payload)[2],)
-            self._refers(record, adds[0])
-            self._live.removal(lsn, adds[0])
-        else:
-            adds = decode_lsns(record.payload)
-            base = record.position.segment
-            for add in adds:
-                if not base <= add < lsn:
-                    self._impossible(record, f"it names record {add}, outside its own segment")
-            self._live.born(lsn, live=False)  # written in the segment of all its ADDs
-            for add in adds:
-                self._live.kill(add)
-        marks, deliveries = state.marks, state.deliveries
-        for add in adds:
-            dropped = marks.pop(add, None)
-            if dropped is not None:
-                for mark in dropped:
-                    self._drop_mark(mark)
-            deliveries.pop(add, None)
-
-    def _replay_run(self, record: Record, adds: tuple[int, ...]) -> None:
-        """A DELIVERED_RUN: a delivery of each message still live, and live while one is."""
-        state = self._replay_state
-        marks, deliveries, liveness = state.marks, state.deliveries, self._live
-        lsn = record.position.lsn
-        live = 0
-        for add in adds:
-            if self._refers(record, add) and liveness.is_live(add):
-                live += 1
-                held = marks.get(add)
-                if held is None:
-                    marks[add] = [lsn]
-                else:
-                    held.append(lsn)
-                deliveries[add] = deliveries.get(add, 0) + 1
-        self._live.born(lsn, live=live > 0)
-        if live:
-            self._run_refs[lsn] = live
-
-    def _replay_mark(self, record: Record, add: int) -> bool:
-        """A record about the message added at `add`: live (True) while that message is."""
-        lsn = record.position.lsn
-        if self._refers(record, add) and self._live.is_live(add):
-            self._live.born(lsn)
-            self._replay_state.marks.setdefault(add, []).append(lsn)
-            return True
-        self._live.born(lsn, live=False)
-        return False
-
-    def _replay_meta(self, record: Record, kind: RecordType) -> None:
-        if kind not in RESTATED_BY:
-            self._impossible(record, "a record of that type cannot stand here")
-        recovery = self._replay_state.recovery
-        durables = recovery.durables
-        lsn = record.position.lsn
-        if kind is RecordType.SNAPSHOT:
-            seqs, records = decode_snapshot(record.payload)
-            recovery.seqs = dict(seqs)
-            keep = {r.sub_id for r in records}
-            for sub_id in list(durables):
-                if sub_id not in keep:
-                    del durables[sub_id]
-            for durable in records:
-                durables.setdefault(durable.sub_id, RecoveredDurable(durable))
-        elif kind is RecordType.SEQ:
-            destination, seq = decode_position(record.payload)
-            recovery.seqs[destination] = max(recovery.seqs.get(destination, 0), seq)
-        elif kind is RecordType.DURABLE:
-            durable = decode_durable(record.payload)
-            durables[durable.sub_id] = RecoveredDurable(durable)
-        elif kind is RecordType.DURABLE_END:
-            durables.pop(decode_sub(record.payload), None)
-        elif kind in STATE_RECORDS:
-            recovery.leases.replay(kind, record.payload)
-        self._state_read(lsn, kind)
+        return self._replay.run(deliver, take_encoded)

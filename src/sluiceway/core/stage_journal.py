@@ -59,7 +59,7 @@ from sluiceway.core.stage_records import (
     encode_snapshot,
 )
 from sluiceway.core.stages import Stage, StageArea
-from sluiceway.store.journal import Record
+from sluiceway.store.segments import Record
 
 if TYPE_CHECKING:
     from sluiceway.core.persistence import JournalStore

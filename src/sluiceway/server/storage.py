@@ -20,18 +20,18 @@ from typing import IO
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.core.clock import Clock
-from sluiceway.core.persistence import JournalStore, Recovery
+from sluiceway.core.persistence import JournalStore
 from sluiceway.core.records import describe_damaged
+from sluiceway.core.replay import Recovery
 from sluiceway.core.store import MemoryStore, MessageStore
 from sluiceway.errors import SluicewayError
 from sluiceway.store.files import OS_FILES, Files
-from sluiceway.store.journal import (
+from sluiceway.store.journal import Journal, SyncPolicy
+from sluiceway.store.segments import (
     SEGMENT_HEADER_SIZE,
     CorruptJournal,
-    Journal,
     JournalWriteError,
     RecoveryReport,
-    SyncPolicy,
 )
 from sluiceway.store.swap import SwapArea
 

@@ -1,14 +1,13 @@
 """Storage: the write-ahead journal and the swap area. Records are opaque bytes here."""
 
-from sluiceway.store.journal import (
+from sluiceway.store.journal import Journal, SyncPolicy
+from sluiceway.store.segments import (
     CorruptJournal,
-    Journal,
     JournalError,
     Position,
     Record,
     RecoveryReport,
     SegmentInfo,
-    SyncPolicy,
 )
 from sluiceway.store.swap import SwapArea, SwapError, SwapRef
 
