@@ -3,9 +3,9 @@
 Each row's probe starts a real broker through its Trial (authentication on, the users of USERS,
 the rules of RULES or the row's own, the row's properties, and any the probe adds, such as the
 files it made in `trial.directory`), does what the row names over real sockets, and returns what
-it saw; the row says what that must be. A probe may expect the start itself to fail. A probe returns something a client or an operator can
-observe (a status, a message, whether the socket closed, a count), never the broker's internals
-unless the row is about what the broker gives back.
+it saw; the row says what that must be. A probe may expect the start itself to fail. What a
+probe returns is what a client or an operator can observe (a status, a message, whether the
+socket closed, a count), not the broker's internals.
 
 The rows are grouped by what they harden; each group is a list below, and CASES joins them.
 """
