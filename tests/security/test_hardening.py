@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.security import access_support as access
 from tests.security.conftest import Secured, SecuredFactory
 
 
@@ -70,7 +71,81 @@ BROWSER_CASES: list[Case] = []
 
 # -- the admin endpoint: its rules, slow and idle requests -----------------------------------
 
-ADMIN_CASES: list[Case] = []
+
+def worked_example_root_creates_orders(trial: Trial) -> object:
+    """docs/security.md's worked example as written (its users, its rules file verbatim): root
+    runs the `sluiceway cmd create dst` it prescribes, after which shop may send to the queue."""
+    secured = trial.start(**access.worked_users(trial.directory))
+    shop = access.client(secured, "shop", access.WORKED_USERS, failed_receipts="true")
+    before = shop.request("SEND", {"destination": "/queue/orders"}).headers.get("message")
+    result = access.run_as_written(secured, access.worked_example().create_command)
+    after = shop.request("SEND", {"destination": "/queue/orders"}).headers.get("status")
+    return before, result.status, result.out, result.err, after
+
+
+def worked_example_billing_administers(trial: Trial) -> object:
+    secured = trial.start(**access.worked_users(trial.directory))
+    result = access.cmd_as(secured, "billing", "list", "dst", users=access.WORKED_USERS)
+    return result.status, result.error_line.split(": ", 3)[1:3]
+
+
+def admin_statuses(*users: str) -> Callable[[Trial], object]:
+    """A probe: the HTTP status of GET /broker for each of `users`, in order."""
+
+    def probe(trial: Trial) -> object:
+        port = trial.start().broker.admin_port
+        return [access.admin_status(port, user) for user in users]
+
+    return probe
+
+
+ADMIN_LINE = "connection.ADMIN.allow.group=admin"
+
+ADMIN_CASES: list[Case] = [
+    Case(
+        "worked-example-root-creates-a-queue",
+        worked_example_root_creates_orders,
+        ("user shop may not create /queue/orders", 0, "Created queue orders.\n", "", None),
+        rules=access.worked_example().rules,
+    ),
+    Case(
+        "worked-example-billing-is-not-an-administrator",
+        worked_example_billing_administers,
+        (1, ["not an administrator", "user 'billing' may not administer the broker"]),
+        rules=access.worked_example().rules,
+    ),
+    Case(
+        "admin-rule-lets-a-user-outside-the-group-administer",
+        admin_statuses("carol", "bob", "root"),
+        [200, 403, 200],
+        rules=access.RULES + "connection.ADMIN.allow.user=carol\n",
+    ),
+    Case(
+        "admin-rule-keeps-a-member-of-the-group-out",
+        admin_statuses("root"),
+        [403],
+        rules=access.RULES + "connection.ADMIN.deny.user=root\n",
+    ),
+    Case(
+        "no-admin-rule-lets-nobody-administer",
+        admin_statuses("root", "bob"),
+        [403, 403],
+        rules=access.without_line(access.RULES, ADMIN_LINE),
+    ),
+    Case(
+        "a-connection-star-rule-covers-the-admin-endpoint",
+        admin_statuses("bob", "root"),
+        [200, 200],
+        rules=access.without_line(access.RULES, ADMIN_LINE) + "connection.*.allow.user=*\n",
+    ),
+    Case(
+        "without-access-control-the-admin-group-decides",
+        admin_statuses("root", "carol"),
+        [200, 403],
+        properties={"imq.accesscontrol.enabled": "false"},
+        rules=access.RULES + "connection.ADMIN.deny.user=root\nconnection.ADMIN.allow.user=carol\n",
+    ),
+]
 
 
 # -- access changes: deleted users, revoked rights, connections destroyed --------------------

@@ -2,9 +2,11 @@
 
 `sluiceway cmd` and the web console use it; every route is documented in admin/openapi.py.
 It runs on the broker's event loop, so a handler calls the core directly. With authentication on
-(imq.authentication.enabled) every request needs HTTP Basic credentials of a user in the `admin`
-group (401 without valid credentials, 403 for other users); without it, the broker refuses to
-bind to anything but loopback (server.services.check_exposure).
+(imq.authentication.enabled) every request needs HTTP Basic credentials (401 without valid
+ones) of an administrator (403 for other users): as in Open MQ, with access control on
+(imq.accesscontrol.enabled) the access rules' `connection.ADMIN` decide who that is (the default
+rules: the group `admin`); with it off, the group `admin`. Without authentication, the broker
+refuses to bind to anything but loopback (server.services.check_exposure).
 
 Requests that change something (POST, PATCH, DELETE) must say `Content-Type: application/json`:
 a page on another site cannot send that without the browser asking first, so a logged-in
@@ -35,7 +37,7 @@ from sluiceway.errors import (
     Unauthorized,
 )
 from sluiceway.naming import DestinationKind, DestinationName, validate_name
-from sluiceway.security.access import AccessControl, AccessDenied, Operation, Service, access_path
+from sluiceway.security.access import AccessControl, Operation, Service, access_path
 from sluiceway.security.users import ANONYMOUS, Authenticator, Principal, users_path
 from sluiceway.server.tls import server_context
 
@@ -96,7 +98,7 @@ class AdminServer:
         if self.config.authentication:
             self.authenticator = Authenticator(users_path(self.config))
             if self.config.access_control:
-                # Open MQ's connection.ADMIN rules narrow the admin group further.
+                # Open MQ's connection.ADMIN rules decide who administers.
                 self.access = AccessControl(access_path(self.config))
         self.app = web.Application(middlewares=[self._errors, self._security])
         self._routes()
@@ -139,37 +141,49 @@ class AdminServer:
     @web.middleware
     async def _security(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         principal = await self.authenticate(request)
-        if not principal.is_admin:
-            log.warning(
-                "admin request %s %s by %r refused: not an administrator",
-                request.method,
-                request.path,
-                principal.user,
-            )
-            raise Forbidden(
-                "not an administrator",
-                f"user {principal.user!r} is not in the admin group; the admin API is for "
-                "administrators only",
-            )
+        self._authorize(request, principal)
         if request.method in _MUTATING and request.content_type != "application/json":
             raise BadRequest(
                 "JSON required",
                 f"a {request.method} request must have Content-Type: application/json",
             )
-        if self.access is not None:
-            try:
-                self.access.check(principal, Operation.CONNECT, None, Service.ADMIN.value)
-            except AccessDenied as exc:
-                log.warning(
-                    "admin request %s %s by %r refused: %s",
-                    request.method,
-                    request.path,
-                    principal.user,
-                    exc.decision.explain(),
-                )
-                raise
         request[PRINCIPAL] = principal
         return await handler(request)
+
+    def _authorize(self, request: web.Request, principal: Principal) -> None:
+        """Raise Forbidden unless `principal` may administer: with access control on, as the
+        rules' connection.ADMIN say (Open MQ's admin connection service); with it off, or
+        without authentication, as membership in the group admin says."""
+        user = principal.user
+        if self.access is None:
+            if principal.is_admin:
+                return
+            why = "not in the admin group"
+            detail = (
+                f"user {user!r} is not in the admin group; the admin API is for administrators only"
+            )
+        else:
+            decision = self.access.decide(principal, Operation.CONNECT, None, Service.ADMIN.value)
+            if decision.allowed:
+                return
+            why = decision.explain()
+            if decision.invalid:
+                fix = "the broker's access rules cannot be read; an administrator must fix them"
+            else:
+                fix = (
+                    "the broker's access rules do not allow it; an administrator can allow it in "
+                    "the access control file (imq.accesscontrol.file.filename), e.g. with "
+                    f"connection.ADMIN.allow.user={user}"
+                )
+            detail = f"user {user!r} may not administer the broker: {fix}"
+        log.warning(
+            "admin request %s %s by %r refused: not an administrator: %s",
+            request.method,
+            request.path,
+            user,
+            why,
+        )
+        raise Forbidden("not an administrator", detail)
 
     async def authenticate(self, request: web.Request) -> Principal:
         """The request's principal; raises Unauthorized for missing or wrong credentials. The

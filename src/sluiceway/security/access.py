@@ -16,6 +16,10 @@ ACCESS is allow or deny, TYPE is user or group, PRINCIPALS a comma-separated lis
 JMQFileAccessControlModel/100` may come first, as in Open MQ's own files. Browsing a topic (its
 retained messages) is this broker's extension; Open MQ browses queues only.
 
+As in Open MQ, `connection.ADMIN` rules (and `connection.*` ones) decide who may use the admin
+endpoint while access control is on; the group `admin` matters only through them (the default
+rules allow it). A file that lets nobody, or everybody, administer is loaded with a warning.
+
 How a request is decided (Open MQ Administration Guide, "Application of Authorization Rules", as
 its JMQFileAccessControlModel.computePermission implements it):
 
@@ -298,6 +302,32 @@ def _decide_level(
     return None
 
 
+# Principals no rule can name (":" is not allowed in names): what `user=*` and `group=*` grant.
+_ANY_USER: Final = Principal(":", frozenset())
+_ANY_MEMBER: Final = Principal(":", frozenset({":"}))
+
+
+def admin_warning(rules: Rules, source: str) -> str | None:
+    """What to warn about in who may administer (connection.ADMIN, and connection.*, which
+    covers the admin endpoint too): nobody at all, or every user. None when neither."""
+    levels: tuple[RuleKey, ...] = (("connection", ALL, None), ("connection", "ADMIN", None))
+    if not any(access is Access.ALLOW for key in levels for access, _ in rules.get(key, {})):
+        return (
+            f"no rule of {source} allows anyone to administer the broker, so the admin "
+            "endpoint refuses every request; add connection.ADMIN.allow.group=admin to let "
+            "the group admin administer"
+        )
+    for anyone in (_ANY_USER, _ANY_MEMBER):
+        decision = apply_rules(rules, anyone, Operation.CONNECT, "connection", "ADMIN")
+        if decision.allowed:
+            return (
+                f"{decision.rule}={decision.principal} (line {decision.line} of {source}) lets "
+                "every user administer the broker; a connection.* rule covers the admin "
+                "endpoint too: write connection.NORMAL to give a right to clients alone"
+            )
+    return None
+
+
 # -- the file in force ------------------------------------------------------------------------
 
 
@@ -364,6 +394,9 @@ class AccessControl:
             return
         self._rules, self.problem = rules, None
         log.info("access control: %d rules loaded from %s", len(rules), self.path)
+        warning = admin_warning(rules, self.source)
+        if warning is not None:
+            log.warning("access control: %s", warning)
 
     def require_valid(self) -> None:
         """Raise the ConfigError of an invalid file (for start-up checks)."""
