@@ -19,6 +19,9 @@ retained messages) is this broker's extension; Open MQ browses queues only.
 As in Open MQ, `connection.ADMIN` rules (and `connection.*` ones) decide who may use the admin
 endpoint while access control is on; the group `admin` matters only through them (the default
 rules allow it). A file that lets nobody, or everybody, administer is loaded with a warning.
+Decisions are not cached: every SEND and SUBSCRIBE applies the rules in force, so a right
+removed counts from the first frame after the change is noticed; security.watch applies changes
+to the connections already open (a revoked connection.NORMAL closes them).
 
 How a request is decided (Open MQ Administration Guide, "Application of Authorization Rules", as
 its JMQFileAccessControlModel.computePermission implements it):
@@ -366,7 +369,7 @@ class AccessControl:
         self.problem: ConfigError | None = None  # the file is invalid: everything is refused
         self._stamp: tuple[int, ...] | None = None
         self._next_look = -math.inf
-        self._load(_stamp(path))
+        self._load(file_stamp(path))
 
     def refresh(self) -> None:
         """Re-read the file if it changed, at most once every `interval` seconds."""
@@ -374,7 +377,7 @@ class AccessControl:
         if now < self._next_look:
             return
         self._next_look = now + self._interval
-        stamp = _stamp(self.path)
+        stamp = file_stamp(self.path)
         if stamp != self._stamp:
             self._load(stamp)
 
@@ -397,6 +400,11 @@ class AccessControl:
         warning = admin_warning(rules, self.source)
         if warning is not None:
             log.warning("access control: %s", warning)
+
+    @property
+    def stamp(self) -> tuple[int, ...] | None:
+        """What the file in force looked like when it was read (None: no file)."""
+        return self._stamp
 
     def require_valid(self) -> None:
         """Raise the ConfigError of an invalid file (for start-up checks)."""
@@ -460,7 +468,7 @@ def refusal(
     return AccessDenied(summary, f"{summary}: {why}", decision, path)
 
 
-def _stamp(path: Path) -> tuple[int, ...] | None:
+def file_stamp(path: Path) -> tuple[int, ...] | None:
     """What tells a changed file apart (None: no file). The inode catches a file replaced by
     rename; size and both times catch one rewritten in place."""
     try:
