@@ -188,6 +188,18 @@ def revoked_connect(trial: Trial) -> object:
     return status, message, closed
 
 
+def destroyed_connection(trial: Trial) -> object:
+    """root runs `sluiceway cmd destroy cxn -n ID -reason TEXT -f` on alice's connection."""
+    secured = trial.start()
+    alice = access.client(secured, "alice")
+    number = access.connection_id(secured, "alice")
+    args = ("destroy", "cxn", "-n", str(number), "-reason", "maintenance window", "-f")
+    result = access.cmd_as(secured, "root", *args)
+    output = result.out.replace(f"connection {number} ", "connection ID ")
+    status, message, body, closed = access.closed_with(alice)
+    return result.status, output.split(" (")[0], status, message, body.strip(), closed
+
+
 ACCESS_CHANGE_CASES: list[Case] = [
     Case(
         "deleted-user-gets-401-and-is-closed",
@@ -203,6 +215,18 @@ ACCESS_CHANGE_CASES: list[Case] = [
         "revoked-connect-right-closes-the-connection",
         revoked_connect,
         ("403", "user alice may not connect", True),
+    ),
+    Case(
+        "destroy-cxn-closes-with-the-reason",
+        destroyed_connection,
+        (
+            0,
+            "Destroyed connection ID of user alice",
+            "410",
+            "connection closed by an administrator",
+            "connection closed by an administrator: maintenance window",
+            True,
+        ),
     ),
 ]
 

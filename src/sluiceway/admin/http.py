@@ -31,6 +31,7 @@ from sluiceway.errors import (
     BrokerError,
     ConfigError,
     Forbidden,
+    Gone,
     InternalError,
     NotFound,
     Status,
@@ -39,6 +40,7 @@ from sluiceway.errors import (
 from sluiceway.naming import DestinationKind, DestinationName, validate_name
 from sluiceway.security.access import AccessControl, Operation, Service, access_path
 from sluiceway.security.users import ANONYMOUS, Authenticator, Principal, users_path
+from sluiceway.server.stomp_server import find_session
 from sluiceway.server.tls import server_context
 
 if TYPE_CHECKING:
@@ -65,6 +67,8 @@ _KINDS: Final = {
     "t": DestinationKind.TOPIC,
 }
 _MUTATING: Final = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+# destroy cxn's reason travels in the ERROR frame's body: one line of at most this many characters.
+MAX_REASON: Final = 200
 PRINCIPAL: Final = web.RequestKey("principal", Principal)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -244,6 +248,7 @@ class AdminServer:
         add.add_post(f"{one}/purge", self.purge_destination)
         add.add_post(f"{one}/compact", self.compact_destination)
         add.add_get(f"{API}/connections", self.list_connections)
+        add.add_delete(f"{API}/connections/{{id}}", self.destroy_connection)
         add.add_get(f"{API}/consumers", self.list_consumers)
         add.add_get(f"{API}/producers", self.list_producers)
         add.add_get(f"{API}/durables", self.list_durables)
@@ -352,6 +357,25 @@ class AdminServer:
     async def list_connections(self, request: web.Request) -> web.Response:
         return json_response(model.connections(self.broker, self.services))
 
+    async def destroy_connection(self, request: web.Request) -> web.Response:
+        """`destroy cxn`: the client gets an ERROR (status 410) with the reason, then the
+        connection closes; its unacknowledged messages go back, its transactions are aborted."""
+        number = _connection_id(request.match_info["id"])
+        reason = _reason(await _body(request))
+        session = find_session(self.services.listeners, number)
+        if session is None:
+            raise NotFound(
+                "no such connection",
+                f"connection {number} is not open; GET {API}/connections (sluiceway cmd list "
+                "cxn) lists the open connections",
+            )
+        user = session.principal.user if session.principal is not None else ""
+        session.revoke(closed_by_administrator(reason))
+        who = f", user {user}" if user else ""
+        why = f": {reason!r}" if reason else ""
+        self._audit(request, f"destroy cxn {number} ({session.peer}{who}){why}")
+        return json_response(model.ConnectionDestroyed(number, session.peer, user, reason))
+
     async def list_consumers(self, request: web.Request) -> web.Response:
         return json_response(model.consumers(self.broker))
 
@@ -452,6 +476,36 @@ def _name(kind: str, name: str) -> DestinationName:
 
 def _path_name(request: web.Request) -> DestinationName:
     return _name(request.match_info["type"], request.match_info["name"])
+
+
+def _connection_id(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 2**63:
+        raise BadRequest(
+            "bad connection ID",
+            f"connection ID {text!r}: expected a positive whole number, as list cxn shows it",
+        )
+    return int(text)
+
+
+def _reason(body: dict[str, Any]) -> str:
+    reason = body.get("reason", "")
+    if not isinstance(reason, str):
+        raise BadRequest("bad reason", '"reason" must be a string')
+    reason = reason.strip()
+    if len(reason) > MAX_REASON or not reason.isprintable():
+        raise BadRequest(
+            "bad reason",
+            f"the reason must be at most {MAX_REASON} characters on one line, without control "
+            f"characters (it was {len(reason)} characters long)",
+        )
+    return reason
+
+
+def closed_by_administrator(reason: str) -> Gone:
+    """The ERROR a connection destroyed by an administrator gets (status 410: it is gone)."""
+    summary = "connection closed by an administrator"
+    detail = f"{summary}: {reason}" if reason else f"{summary} (no reason given)"
+    return Gone(summary, detail)
 
 
 def _target(body: dict[str, Any]) -> PauseTarget:

@@ -165,3 +165,11 @@ def open_sessions(listeners: Iterable[object]) -> list[StompSession]:
         if isinstance(listener, StompServer)
         for s in listener.sessions()
     ]
+
+
+def find_session(listeners: Iterable[object], number: int) -> StompSession | None:
+    """The connected session whose connection ID (its core connection's number) is `number`."""
+    for session in open_sessions(listeners):
+        if session.core is not None and session.core.number == number:
+            return session
+    return None
