@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.security import access_support as access
 from tests.security.conftest import Secured, SecuredFactory
 
 
@@ -70,12 +71,164 @@ BROWSER_CASES: list[Case] = []
 
 # -- the admin endpoint: its rules, slow and idle requests -----------------------------------
 
-ADMIN_CASES: list[Case] = []
+
+def worked_example_root_creates_orders(trial: Trial) -> object:
+    """docs/security.md's worked example as written (its users, its rules file verbatim): root
+    runs the `sluiceway cmd create dst` it prescribes, after which shop may send to the queue."""
+    secured = trial.start(**access.worked_users(trial.directory))
+    shop = access.client(secured, "shop", access.WORKED_USERS, failed_receipts="true")
+    before = shop.request("SEND", {"destination": "/queue/orders"}).headers.get("message")
+    result = access.run_as_written(secured, access.worked_example().create_command)
+    after = shop.request("SEND", {"destination": "/queue/orders"}).headers.get("status")
+    return before, result.status, result.out, result.err, after
+
+
+def worked_example_billing_administers(trial: Trial) -> object:
+    secured = trial.start(**access.worked_users(trial.directory))
+    result = access.cmd_as(secured, "billing", "list", "dst", users=access.WORKED_USERS)
+    return result.status, result.error_line.split(": ", 3)[1:3]
+
+
+def admin_statuses(*users: str) -> Callable[[Trial], object]:
+    """A probe: the HTTP status of GET /broker for each of `users`, in order."""
+
+    def probe(trial: Trial) -> object:
+        port = trial.start().broker.admin_port
+        return [access.admin_status(port, user) for user in users]
+
+    return probe
+
+
+ADMIN_LINE = "connection.ADMIN.allow.group=admin"
+
+ADMIN_CASES: list[Case] = [
+    Case(
+        "worked-example-root-creates-a-queue",
+        worked_example_root_creates_orders,
+        ("user shop may not create /queue/orders", 0, "Created queue orders.\n", "", None),
+        rules=access.worked_example().rules,
+    ),
+    Case(
+        "worked-example-billing-is-not-an-administrator",
+        worked_example_billing_administers,
+        (1, ["not an administrator", "user 'billing' may not administer the broker"]),
+        rules=access.worked_example().rules,
+    ),
+    Case(
+        "admin-rule-lets-a-user-outside-the-group-administer",
+        admin_statuses("carol", "bob", "root"),
+        [200, 403, 200],
+        rules=access.RULES + "connection.ADMIN.allow.user=carol\n",
+    ),
+    Case(
+        "admin-rule-keeps-a-member-of-the-group-out",
+        admin_statuses("root"),
+        [403],
+        rules=access.RULES + "connection.ADMIN.deny.user=root\n",
+    ),
+    Case(
+        "no-admin-rule-lets-nobody-administer",
+        admin_statuses("root", "bob"),
+        [403, 403],
+        rules=access.without_line(access.RULES, ADMIN_LINE),
+    ),
+    Case(
+        "a-connection-star-rule-covers-the-admin-endpoint",
+        admin_statuses("bob", "root"),
+        [200, 200],
+        rules=access.without_line(access.RULES, ADMIN_LINE) + "connection.*.allow.user=*\n",
+    ),
+    Case(
+        "without-access-control-the-admin-group-decides",
+        admin_statuses("root", "carol"),
+        [200, 403],
+        properties={"imq.accesscontrol.enabled": "false"},
+        rules=access.RULES + "connection.ADMIN.deny.user=root\nconnection.ADMIN.allow.user=carol\n",
+    ),
+]
 
 
 # -- access changes: deleted users, revoked rights, connections destroyed --------------------
 
-ACCESS_CHANGE_CASES: list[Case] = []
+
+def deleted_user(trial: Trial) -> object:
+    """alice is deleted with `sluiceway cmd user delete` while connected."""
+    secured = trial.start()
+    alice = access.client(secured, "alice")
+    users = str(secured.directory / "passwd")
+    deleted = access.run_cmd("user", "delete", "-u", "alice", "--file", users)
+    assert deleted.status == 0, deleted.err
+    status, message, _, closed = access.closed_with(alice)
+    return status, message, closed
+
+
+def revoked_produce(trial: Trial) -> object:
+    """alice may produce to /queue/scratch, then the rule is removed: her next SEND (on a
+    connection without failed receipts) gets ERROR 403 and the connection closes."""
+    secured = trial.start()
+    alice = access.client(secured, "alice")
+    sent = alice.request("SEND", {"destination": "/queue/scratch"}, b"before").command
+    rule = "queue.scratch.produce.allow.user=*"
+    access.replace_file(secured.access_file, access.without_line(access.RULES, rule))
+    carol = access.client(secured, "carol", failed_receipts="true")  # noticed once she is refused
+    access.wait_refused(carol, "SEND", {"destination": "/queue/scratch"})
+    alice.send("SEND", {"destination": "/queue/scratch", "receipt": "r-after"}, b"after")
+    status, message, _, closed = access.closed_with(alice)
+    return sent, status, message, closed
+
+
+def revoked_connect(trial: Trial) -> object:
+    """alice joins eve in connection.NORMAL.deny.user while she is connected."""
+    secured = trial.start()
+    alice = access.client(secured, "alice")
+    deny = "connection.NORMAL.deny.user=eve"
+    rules = access.without_line(access.RULES, deny) + f"{deny},alice\n"
+    access.replace_file(secured.access_file, rules)
+    status, message, _, closed = access.closed_with(alice)
+    return status, message, closed
+
+
+def destroyed_connection(trial: Trial) -> object:
+    """root runs `sluiceway cmd destroy cxn -n ID -reason TEXT -f` on alice's connection."""
+    secured = trial.start()
+    alice = access.client(secured, "alice")
+    number = access.connection_id(secured, "alice")
+    args = ("destroy", "cxn", "-n", str(number), "-reason", "maintenance window", "-f")
+    result = access.cmd_as(secured, "root", *args)
+    output = result.out.replace(f"connection {number} ", "connection ID ")
+    status, message, body, closed = access.closed_with(alice)
+    return result.status, output.split(" (")[0], status, message, body.strip(), closed
+
+
+ACCESS_CHANGE_CASES: list[Case] = [
+    Case(
+        "deleted-user-gets-401-and-is-closed",
+        deleted_user,
+        ("401", "user alice no longer exists", True),
+    ),
+    Case(
+        "revoked-produce-right-refuses-the-next-send",
+        revoked_produce,
+        ("RECEIPT", "403", "user alice may not produce to /queue/scratch", True),
+    ),
+    Case(
+        "revoked-connect-right-closes-the-connection",
+        revoked_connect,
+        ("403", "user alice may not connect", True),
+    ),
+    Case(
+        "destroy-cxn-closes-with-the-reason",
+        destroyed_connection,
+        (
+            0,
+            "Destroyed connection ID of user alice",
+            "410",
+            "connection closed by an administrator",
+            "connection closed by an administrator: maintenance window",
+            True,
+        ),
+    ),
+]
 
 
 # -- counts: connections, transactions, cursors and lease groups -----------------------------

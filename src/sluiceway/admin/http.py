@@ -2,9 +2,11 @@
 
 `sluiceway cmd` and the web console use it; every route is documented in admin/openapi.py.
 It runs on the broker's event loop, so a handler calls the core directly. With authentication on
-(imq.authentication.enabled) every request needs HTTP Basic credentials of a user in the `admin`
-group (401 without valid credentials, 403 for other users); without it, the broker refuses to
-bind to anything but loopback (server.services.check_exposure).
+(imq.authentication.enabled) every request needs HTTP Basic credentials (401 without valid
+ones) of an administrator (403 for other users): as in Open MQ, with access control on
+(imq.accesscontrol.enabled) the access rules' `connection.ADMIN` decide who that is (the default
+rules: the group `admin`); with it off, the group `admin`. Without authentication, the broker
+refuses to bind to anything but loopback (server.services.check_exposure).
 
 Requests that change something (POST, PATCH, DELETE) must say `Content-Type: application/json`:
 a page on another site cannot send that without the browser asking first, so a logged-in
@@ -29,14 +31,16 @@ from sluiceway.errors import (
     BrokerError,
     ConfigError,
     Forbidden,
+    Gone,
     InternalError,
     NotFound,
     Status,
     Unauthorized,
 )
 from sluiceway.naming import DestinationKind, DestinationName, validate_name
-from sluiceway.security.access import AccessControl, AccessDenied, Operation, Service, access_path
+from sluiceway.security.access import AccessControl, Operation, Service, access_path
 from sluiceway.security.users import ANONYMOUS, Authenticator, Principal, users_path
+from sluiceway.server.stomp_server import find_session
 from sluiceway.server.tls import server_context
 
 if TYPE_CHECKING:
@@ -63,6 +67,8 @@ _KINDS: Final = {
     "t": DestinationKind.TOPIC,
 }
 _MUTATING: Final = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+# destroy cxn's reason travels in the ERROR frame's body: one line of at most this many characters.
+MAX_REASON: Final = 200
 PRINCIPAL: Final = web.RequestKey("principal", Principal)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -96,7 +102,7 @@ class AdminServer:
         if self.config.authentication:
             self.authenticator = Authenticator(users_path(self.config))
             if self.config.access_control:
-                # Open MQ's connection.ADMIN rules narrow the admin group further.
+                # Open MQ's connection.ADMIN rules decide who administers.
                 self.access = AccessControl(access_path(self.config))
         self.app = web.Application(middlewares=[self._errors, self._security])
         self._routes()
@@ -139,37 +145,49 @@ class AdminServer:
     @web.middleware
     async def _security(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         principal = await self.authenticate(request)
-        if not principal.is_admin:
-            log.warning(
-                "admin request %s %s by %r refused: not an administrator",
-                request.method,
-                request.path,
-                principal.user,
-            )
-            raise Forbidden(
-                "not an administrator",
-                f"user {principal.user!r} is not in the admin group; the admin API is for "
-                "administrators only",
-            )
+        self._authorize(request, principal)
         if request.method in _MUTATING and request.content_type != "application/json":
             raise BadRequest(
                 "JSON required",
                 f"a {request.method} request must have Content-Type: application/json",
             )
-        if self.access is not None:
-            try:
-                self.access.check(principal, Operation.CONNECT, None, Service.ADMIN.value)
-            except AccessDenied as exc:
-                log.warning(
-                    "admin request %s %s by %r refused: %s",
-                    request.method,
-                    request.path,
-                    principal.user,
-                    exc.decision.explain(),
-                )
-                raise
         request[PRINCIPAL] = principal
         return await handler(request)
+
+    def _authorize(self, request: web.Request, principal: Principal) -> None:
+        """Raise Forbidden unless `principal` may administer: with access control on, as the
+        rules' connection.ADMIN say (Open MQ's admin connection service); with it off, or
+        without authentication, as membership in the group admin says."""
+        user = principal.user
+        if self.access is None:
+            if principal.is_admin:
+                return
+            why = "not in the admin group"
+            detail = (
+                f"user {user!r} is not in the admin group; the admin API is for administrators only"
+            )
+        else:
+            decision = self.access.decide(principal, Operation.CONNECT, None, Service.ADMIN.value)
+            if decision.allowed:
+                return
+            why = decision.explain()
+            if decision.invalid:
+                fix = "the broker's access rules cannot be read; an administrator must fix them"
+            else:
+                fix = (
+                    "the broker's access rules do not allow it; an administrator can allow it in "
+                    "the access control file (imq.accesscontrol.file.filename), e.g. with "
+                    f"connection.ADMIN.allow.user={user}"
+                )
+            detail = f"user {user!r} may not administer the broker: {fix}"
+        log.warning(
+            "admin request %s %s by %r refused: not an administrator: %s",
+            request.method,
+            request.path,
+            user,
+            why,
+        )
+        raise Forbidden("not an administrator", detail)
 
     async def authenticate(self, request: web.Request) -> Principal:
         """The request's principal; raises Unauthorized for missing or wrong credentials. The
@@ -230,6 +248,7 @@ class AdminServer:
         add.add_post(f"{one}/purge", self.purge_destination)
         add.add_post(f"{one}/compact", self.compact_destination)
         add.add_get(f"{API}/connections", self.list_connections)
+        add.add_delete(f"{API}/connections/{{id}}", self.destroy_connection)
         add.add_get(f"{API}/consumers", self.list_consumers)
         add.add_get(f"{API}/producers", self.list_producers)
         add.add_get(f"{API}/durables", self.list_durables)
@@ -338,6 +357,25 @@ class AdminServer:
     async def list_connections(self, request: web.Request) -> web.Response:
         return json_response(model.connections(self.broker, self.services))
 
+    async def destroy_connection(self, request: web.Request) -> web.Response:
+        """`destroy cxn`: the client gets an ERROR (status 410) with the reason, then the
+        connection closes; its unacknowledged messages go back, its transactions are aborted."""
+        number = _connection_id(request.match_info["id"])
+        reason = _reason(await _body(request))
+        session = find_session(self.services.listeners, number)
+        if session is None:
+            raise NotFound(
+                "no such connection",
+                f"connection {number} is not open; GET {API}/connections (sluiceway cmd list "
+                "cxn) lists the open connections",
+            )
+        user = session.principal.user if session.principal is not None else ""
+        session.revoke(closed_by_administrator(reason))
+        who = f", user {user}" if user else ""
+        why = f": {reason!r}" if reason else ""
+        self._audit(request, f"destroy cxn {number} ({session.peer}{who}){why}")
+        return json_response(model.ConnectionDestroyed(number, session.peer, user, reason))
+
     async def list_consumers(self, request: web.Request) -> web.Response:
         return json_response(model.consumers(self.broker))
 
@@ -438,6 +476,36 @@ def _name(kind: str, name: str) -> DestinationName:
 
 def _path_name(request: web.Request) -> DestinationName:
     return _name(request.match_info["type"], request.match_info["name"])
+
+
+def _connection_id(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 2**63:
+        raise BadRequest(
+            "bad connection ID",
+            f"connection ID {text!r}: expected a positive whole number, as list cxn shows it",
+        )
+    return int(text)
+
+
+def _reason(body: dict[str, Any]) -> str:
+    reason = body.get("reason", "")
+    if not isinstance(reason, str):
+        raise BadRequest("bad reason", '"reason" must be a string')
+    reason = reason.strip()
+    if len(reason) > MAX_REASON or not reason.isprintable():
+        raise BadRequest(
+            "bad reason",
+            f"the reason must be at most {MAX_REASON} characters on one line, without control "
+            f"characters (it was {len(reason)} characters long)",
+        )
+    return reason
+
+
+def closed_by_administrator(reason: str) -> Gone:
+    """The ERROR a connection destroyed by an administrator gets (status 410: it is gone)."""
+    summary = "connection closed by an administrator"
+    detail = f"{summary}: {reason}" if reason else f"{summary} (no reason given)"
+    return Gone(summary, detail)
 
 
 def _target(body: dict[str, Any]) -> PauseTarget:

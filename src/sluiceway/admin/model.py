@@ -167,6 +167,16 @@ class ConnectionSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class ConnectionDestroyed:
+    """The answer of `destroy cxn`."""
+
+    id: int
+    peer: str
+    user: str  # "" when authentication was off when it connected
+    reason: str  # as sent to the client; "" when none was given
+
+
+@dataclass(frozen=True, slots=True)
 class DurableSnapshot:
     """One row of `list dur`."""
 

@@ -31,6 +31,7 @@ _SCHEMAS: Final = (
     model.Totals,
     model.ConsumerSnapshot,
     model.ConnectionSnapshot,
+    model.ConnectionDestroyed,
     model.DurableSnapshot,
     metrics.DestinationTrend,
     metrics.ServiceTrend,
@@ -175,6 +176,28 @@ def document() -> dict[str, Any]:
         f"{one}/purge": {"post": _op("purge dst", body={}, path=True)},
         f"{one}/compact": {"post": _op("compact dst (paused first)", body={}, path=True)},
         f"{API}/connections": {"get": _op("list cxn", _ref("ConnectionSnapshot", many=True))},
+        f"{API}/connections/{{id}}": {
+            "delete": {
+                **_op(
+                    "destroy cxn: the client gets an ERROR (status 410) with the reason, then the "
+                    "connection closes",
+                    _ref("ConnectionDestroyed"),
+                    body={
+                        "type": "object",
+                        "properties": {
+                            "reason": {
+                                "type": "string",
+                                "maxLength": 200,
+                                "description": "one line, sent to the client",
+                            }
+                        },
+                    },
+                ),
+                "parameters": [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}
+                ],
+            }
+        },
         f"{API}/consumers": {"get": _op("every consumer", _ref("ConsumerSnapshot", many=True))},
         f"{API}/producers": {
             "get": _op("held producers, in pause order", _ref("HeldProducer", many=True))

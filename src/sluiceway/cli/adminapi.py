@@ -151,8 +151,8 @@ class AdminApi:
     def patch(self, path: str, body: dict[str, Any]) -> Any:
         return self.request("PATCH", path, body)
 
-    def delete(self, path: str) -> Any:
-        return self.request("DELETE", path)
+    def delete(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return self.request("DELETE", path, body)
 
     def request(
         self,

@@ -41,7 +41,11 @@ VERBS: Final[dict[str, tuple[tuple[str, ...], str, str]]] = {
     "query": (("dst", "bkr"), "tn", "show a destination's or the broker's state and properties"),
     "create": (("dst",), "tno", "create a destination"),
     "update": (("dst", "bkr"), "tno", "change a destination's or the broker's properties"),
-    "destroy": (("dst", "dur"), "tnfc", "destroy a destination or a durable subscription"),
+    "destroy": (
+        ("dst", "dur", "cxn"),
+        "tnfcR",
+        "destroy a destination, a durable subscription or a connection",
+    ),
     "pause": (("dst",), "tnP", "pause one destination, or all"),
     "resume": (("dst",), "tn", "resume one destination, or all"),
     "purge": (("dst",), "tnf", "remove the messages waiting in a destination"),
@@ -59,6 +63,7 @@ OPTIONS: Final = {
     "m": ("metric", "-m"),
     "i": ("interval", "-int"),
     "s": ("samples", "-msp"),
+    "R": ("reason", "-reason"),
 }
 # (verb, object) -> (required options, optional options); "tn?" means -t and -n together or not.
 RULES: Final = {
@@ -72,6 +77,7 @@ RULES: Final = {
     ("update", "bkr"): ("o", ""),
     ("destroy", "dst"): ("tn", "f"),
     ("destroy", "dur"): ("nc", "f"),
+    ("destroy", "cxn"): ("n", "fR"),
     ("pause", "dst"): ("", "tn?P"),
     ("resume", "dst"): ("", "tn?"),
     ("purge", "dst"): ("tn", "f"),
@@ -91,6 +97,7 @@ HANDLERS: Final[dict[tuple[str, str], Callable[[Context], None]]] = {
     ("update", "bkr"): verbs.update_bkr,
     ("destroy", "dst"): verbs.destroy_dst,
     ("destroy", "dur"): verbs.destroy_dur,
+    ("destroy", "cxn"): verbs.destroy_cxn,
     ("pause", "dst"): verbs.pause_dst,
     ("resume", "dst"): verbs.resume_dst,
     ("purge", "dst"): verbs.purge_dst,
@@ -152,6 +159,8 @@ def _form(verb: str, obj: str) -> str:
 def _flag_usage(letter: str, obj: str) -> str:
     if letter == "m":
         return "-m " + "|".join(METRIC_TYPES[obj])
+    if letter == "n" and obj == "cxn":
+        return "-n ID"
     return {
         "t": "-t q|t",
         "n": "-n NAME",
@@ -161,6 +170,7 @@ def _flag_usage(letter: str, obj: str) -> str:
         "P": "-pst PRODUCERS|CONSUMERS|ALL",
         "i": "-int SECONDS",
         "s": "-msp COUNT",
+        "R": "-reason TEXT",
     }[letter]
 
 
@@ -199,7 +209,10 @@ def _option_settings() -> dict[str, dict[str, Any]]:
     """argparse settings of each option, by letter."""
     return {
         "t": {"type": _destination_type, "metavar": "q|t", "help": "queue or topic"},
-        "n": {"metavar": "NAME", "help": "destination (dur: subscription; svc: service)"},
+        "n": {
+            "metavar": "NAME",
+            "help": "destination (dur: subscription; svc: service; cxn: connection ID)",
+        },
         "c": {"metavar": "CLIENT_ID", "help": "the durable subscriber's client-id"},
         "o": {"action": "append", "default": [], "metavar": "NAME=VALUE", "help": "repeatable"},
         "f": {"action": "store_true", "help": "do not ask for confirmation"},
@@ -215,6 +228,7 @@ def _option_settings() -> dict[str, dict[str, Any]]:
             "metavar": "COUNT",
             "help": "default 1, or until Ctrl-C when -int is given",
         },
+        "R": {"metavar": "TEXT", "help": "why, sent to the client (one line)"},
     }
 
 

@@ -1,6 +1,6 @@
 """The verbs of `sluiceway cmd` on destinations, the broker, connections and durable
-subscriptions: one admin API call each (two when a confirmation shows what would be lost), the
-answer printed as imqcmd prints it, or as the API's JSON with --json."""
+subscriptions: one admin API call each (two when a confirmation shows what would be lost or
+whom it concerns), the answer printed as imqcmd prints it, or as the API's JSON with --json."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from sluiceway.cli.adminapi import AdminApi, UsageError
+from sluiceway.cli.adminapi import AdminApi, Refused, UsageError
 from sluiceway.cli.tables import Column, render, render_pairs
 
 
@@ -348,3 +348,42 @@ def destroy_dur(ctx: Context) -> None:
         ctx.print_json(answer)
     else:
         ctx.print(f"Destroyed {label}.")
+
+
+def destroy_cxn(ctx: Context) -> None:
+    """Close a connection: its client gets an ERROR with the reason (-reason), then is closed."""
+    number = connection_id(ctx.args.name)
+    label = f"connection {number}"
+
+    def question() -> str:
+        rows = ctx.api.get("/connections")
+        row = next((row for row in rows if row["id"] == number), None)
+        if row is None:
+            raise Refused(
+                f"no such connection: {label} is not open; `sluiceway cmd list cxn` lists the "
+                "open connections",
+                http_status=404,
+            )
+        who = f"user {row['user']}, " if row["user"] else ""
+        return f"Destroy {label} ({who}{row['service']} from {row['peer']})?"
+
+    if not confirm(question, ctx.args.force):
+        ctx.print(f"Not destroyed: {label}.")
+        return
+    body = {"reason": ctx.args.reason} if ctx.args.reason else {}
+    answer = ctx.api.delete(f"/connections/{number}", body)
+    if ctx.json:
+        ctx.print_json(answer)
+    else:
+        who = f" of user {answer['user']}" if answer["user"] else ""
+        ctx.print(f"Destroyed {label}{who} ({answer['peer']}).")
+
+
+def connection_id(text: str) -> int:
+    """A connection ID as `list cxn` shows it (-n)."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+        raise UsageError(
+            f"-n {text!r}: a connection ID is a positive whole number, as `list cxn` shows it"
+        )
+    return int(text)

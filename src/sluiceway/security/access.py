@@ -16,6 +16,13 @@ ACCESS is allow or deny, TYPE is user or group, PRINCIPALS a comma-separated lis
 JMQFileAccessControlModel/100` may come first, as in Open MQ's own files. Browsing a topic (its
 retained messages) is this broker's extension; Open MQ browses queues only.
 
+As in Open MQ, `connection.ADMIN` rules (and `connection.*` ones) decide who may use the admin
+endpoint while access control is on; the group `admin` matters only through them (the default
+rules allow it). A file that lets nobody, or everybody, administer is loaded with a warning.
+Decisions are not cached: every SEND and SUBSCRIBE applies the rules in force, so a right
+removed counts from the first frame after the change is noticed; security.watch applies changes
+to the connections already open (a revoked connection.NORMAL closes them).
+
 How a request is decided (Open MQ Administration Guide, "Application of Authorization Rules", as
 its JMQFileAccessControlModel.computePermission implements it):
 
@@ -298,6 +305,32 @@ def _decide_level(
     return None
 
 
+# Principals no rule can name (":" is not allowed in names): what `user=*` and `group=*` grant.
+_ANY_USER: Final = Principal(":", frozenset())
+_ANY_MEMBER: Final = Principal(":", frozenset({":"}))
+
+
+def admin_warning(rules: Rules, source: str) -> str | None:
+    """What to warn about in who may administer (connection.ADMIN, and connection.*, which
+    covers the admin endpoint too): nobody at all, or every user. None when neither."""
+    levels: tuple[RuleKey, ...] = (("connection", ALL, None), ("connection", "ADMIN", None))
+    if not any(access is Access.ALLOW for key in levels for access, _ in rules.get(key, {})):
+        return (
+            f"no rule of {source} allows anyone to administer the broker, so the admin "
+            "endpoint refuses every request; add connection.ADMIN.allow.group=admin to let "
+            "the group admin administer"
+        )
+    for anyone in (_ANY_USER, _ANY_MEMBER):
+        decision = apply_rules(rules, anyone, Operation.CONNECT, "connection", "ADMIN")
+        if decision.allowed:
+            return (
+                f"{decision.rule}={decision.principal} (line {decision.line} of {source}) lets "
+                "every user administer the broker; a connection.* rule covers the admin "
+                "endpoint too: write connection.NORMAL to give a right to clients alone"
+            )
+    return None
+
+
 # -- the file in force ------------------------------------------------------------------------
 
 
@@ -336,7 +369,7 @@ class AccessControl:
         self.problem: ConfigError | None = None  # the file is invalid: everything is refused
         self._stamp: tuple[int, ...] | None = None
         self._next_look = -math.inf
-        self._load(_stamp(path))
+        self._load(file_stamp(path))
 
     def refresh(self) -> None:
         """Re-read the file if it changed, at most once every `interval` seconds."""
@@ -344,7 +377,7 @@ class AccessControl:
         if now < self._next_look:
             return
         self._next_look = now + self._interval
-        stamp = _stamp(self.path)
+        stamp = file_stamp(self.path)
         if stamp != self._stamp:
             self._load(stamp)
 
@@ -364,6 +397,14 @@ class AccessControl:
             return
         self._rules, self.problem = rules, None
         log.info("access control: %d rules loaded from %s", len(rules), self.path)
+        warning = admin_warning(rules, self.source)
+        if warning is not None:
+            log.warning("access control: %s", warning)
+
+    @property
+    def stamp(self) -> tuple[int, ...] | None:
+        """What the file in force looked like when it was read (None: no file)."""
+        return self._stamp
 
     def require_valid(self) -> None:
         """Raise the ConfigError of an invalid file (for start-up checks)."""
@@ -427,7 +468,7 @@ def refusal(
     return AccessDenied(summary, f"{summary}: {why}", decision, path)
 
 
-def _stamp(path: Path) -> tuple[int, ...] | None:
+def file_stamp(path: Path) -> tuple[int, ...] | None:
     """What tells a changed file apart (None: no file). The inode catches a file replaced by
     rename; size and both times catch one rewritten in place."""
     try:

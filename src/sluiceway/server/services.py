@@ -29,8 +29,9 @@ from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.errors import ConfigError
 from sluiceway.security.access import Gate, check_security_files
+from sluiceway.security.watch import AccessWatcher
 from sluiceway.server.connection import ConnectionInfo, Traffic
-from sluiceway.server.stomp_server import StompServer
+from sluiceway.server.stomp_server import StompServer, open_sessions
 from sluiceway.server.tls import server_context
 from sluiceway.server.websocket import WebSocketServer
 
@@ -104,6 +105,9 @@ class Services:
         if config.metrics_enabled and config.metrics_retention_h and config.persist_store == "file":
             self.history = HistoryWriter(self, Path(config.data_directory) / "metrics")
             self.every_tick(self.history.tick)
+        if self.gate is not None:  # deleted users and revoked rights reach open connections
+            watcher = AccessWatcher(self.gate, lambda: open_sessions(self.listeners))
+            self.every_tick(watcher.tick)
         self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._run_tick)
 
     def every_tick(self, work: Callable[[], None]) -> None:

@@ -301,6 +301,13 @@ class StompSession:
         self._queue(error_frame(error, self.version, receipt, extra))
         self._close()
 
+    def revoke(self, error: BrokerError) -> None:
+        """Close with `error` for a reason outside this connection's own frames (its user was
+        deleted or lost the right to connect, an administrator destroyed it), logged by the
+        caller: the ERROR is written, then the connection closes."""
+        self.fail(error, logged=True)
+        self._on_control()
+
     def connection_lost(self) -> None:
         """The socket is gone: unconsumed messages go back, open transactions are aborted."""
         self._close()

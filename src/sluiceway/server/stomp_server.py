@@ -9,12 +9,14 @@ import asyncio
 import logging
 import socket
 import ssl
+from collections.abc import Iterable
 from typing import Final
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.security.access import Gate
 from sluiceway.server.connection import ConnectionInfo, StompProtocol, Traffic
+from sluiceway.server.session import StompSession
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,11 @@ class StompServer:
     def connections(self) -> list[ConnectionInfo]:
         """A snapshot of every open connection."""
         return [protocol.info() for protocol in self._connections]
+
+    def sessions(self) -> list[StompSession]:
+        """The sessions of the open connections that have connected (sent CONNECT)."""
+        found = [protocol.session for protocol in self._connections]
+        return [session for session in found if session is not None and session.core is not None]
 
     def traffic(self) -> Traffic:
         """Everything this listener carried since it started, open connections included."""
@@ -148,3 +155,21 @@ class StompServer:
                 protocol.abort()
         if self._server is not None:
             await self._server.wait_closed()
+
+
+def open_sessions(listeners: Iterable[object]) -> list[StompSession]:
+    """The connected sessions of every STOMP listener among `listeners` (TCP, TLS, WebSocket)."""
+    return [
+        s
+        for listener in listeners
+        if isinstance(listener, StompServer)
+        for s in listener.sessions()
+    ]
+
+
+def find_session(listeners: Iterable[object], number: int) -> StompSession | None:
+    """The connected session whose connection ID (its core connection's number) is `number`."""
+    for session in open_sessions(listeners):
+        if session.core is not None and session.core.number == number:
+            return session
+    return None
