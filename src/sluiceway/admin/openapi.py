@@ -35,6 +35,7 @@ _SCHEMAS: Final = (
     metrics.DestinationTrend,
     metrics.ServiceTrend,
     metrics.Rates,
+    metrics.CountTrend,
     HeldProducer,
 )
 _ERROR: Final = {
