@@ -208,8 +208,8 @@ class MetricsSampler:
         config = self.broker.config
         return [
             CountTrend(
-                limit=limit.property,
-                value=getattr(config, BROKER_PROPERTIES[limit.property][0]),
+                limit=limit.value,
+                value=getattr(config, BROKER_PROPERTIES[limit.value][0]),
                 per=_PER[limit],
                 highest=highest[limit],
                 refused=self.broker.refusals[limit],

@@ -19,7 +19,7 @@ from sluiceway.errors import ResourceFull
 
 
 class CountLimit(enum.Enum):
-    """A bounded count, by the property that bounds it."""
+    """A bounded count; its value is the property that bounds it."""
 
     TRANSACTIONS = "imq.stomp.max_transactions"  # per connection
     TRANSACTION_SENDS = "imq.transaction.producer.maxNumMsgs"  # per transaction
@@ -27,10 +27,6 @@ class CountLimit(enum.Enum):
     TRANSACTION_BYTES = "imq.stomp.transactions.max_bytes"  # per connection
     CURSORS = "imq.cursor.max_groups"  # per topic
     LEASE_GROUPS = "imq.lease.max_groups"  # per queue
-
-    @property
-    def property(self) -> str:
-        return self.value
 
 
 class CountRefusals:
@@ -59,6 +55,6 @@ class CountRefusals:
             summary,
             detail,
             destination=destination,
-            limit=limit.property,
+            limit=limit.value,
             limit_value=str(value),
         )
