@@ -5,6 +5,9 @@ each connection's traffic). The sampler keeps the last RATE_WINDOW seconds of to
 is the change over that window, and per destination the peak and the running average of its
 message count and bytes since the broker started (Open MQ's `metrics dst` Current/Peak/Avg).
 Everything it keeps is bounded by the number of destinations and services.
+
+The counts clients make grow (open transactions and what they hold, cursors, lease groups:
+core.counts) are read when asked: the highest of each now, and how often its limit refused.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sluiceway.admin.model import subscriptions_of
+from sluiceway.config import BROKER_PROPERTIES
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import DestinationStats
+from sluiceway.core.counts import CountLimit
+from sluiceway.core.destination import Destination, DestinationStats, Topic
 from sluiceway.naming import DestinationName
 
 if TYPE_CHECKING:
@@ -47,6 +52,8 @@ class DestinationTrend:
     largest_msg: int
     active_consumers_peak: int
     rates: Rates
+    cursors: int  # a topic's cursors (imq.cursor.max_groups); 0 for a queue
+    lease_groups: int  # a queue's lease groups (imq.lease.max_groups); 0 for a topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,26 @@ class ServiceTrend:
     frames_in_rate: float
     frames_out_rate: float
 
+
+@dataclass(frozen=True, slots=True)
+class CountTrend:
+    """One count clients make grow, bounded by a property (core.counts)."""
+
+    limit: str  # the property, e.g. imq.stomp.max_transactions
+    value: int  # the limit in force
+    per: str  # what it bounds each of: connection, transaction, topic or queue
+    highest: int  # the highest count now, on any one connection, transaction or destination
+    refused: int  # requests it refused since the broker started
+
+
+_PER: Final = {
+    CountLimit.TRANSACTIONS: "connection",
+    CountLimit.TRANSACTION_SENDS: "transaction",
+    CountLimit.TRANSACTION_MESSAGES: "connection",
+    CountLimit.TRANSACTION_BYTES: "connection",
+    CountLimit.CURSORS: "topic",
+    CountLimit.LEASE_GROUPS: "queue",
+}
 
 _Totals = tuple[int, int, int, int]  # msgs in, msgs out, bytes in, bytes out
 
@@ -171,7 +198,24 @@ class MetricsSampler:
             largest_msg=destination.stats.largest,
             active_consumers_peak=max(track.consumers_peak, len(subscriptions_of(destination))),
             rates=track.rates(_destination_totals(destination.stats)),
+            cursors=cursor_count(destination),
+            lease_groups=self.broker.leases.group_count(name),
         )
+
+    def counts(self) -> list[CountTrend]:
+        """Each bounded count: its limit, the highest count now, and its refusals."""
+        highest = _highest_counts(self.broker)
+        config = self.broker.config
+        return [
+            CountTrend(
+                limit=limit.value,
+                value=getattr(config, BROKER_PROPERTIES[limit.value][0]),
+                per=_PER[limit],
+                highest=highest[limit],
+                refused=self.broker.refusals[limit],
+            )
+            for limit in CountLimit
+        ]
 
     def service_trends(self) -> list[ServiceTrend]:
         trends = []
@@ -200,6 +244,28 @@ class MetricsSampler:
                 )
             )
         return trends
+
+
+def cursor_count(destination: Destination) -> int:
+    return len(destination.cursors) if isinstance(destination, Topic) else 0
+
+
+def _highest_counts(broker: Broker) -> dict[CountLimit, int]:
+    """The highest of each bounded count now (connections, transactions, destinations)."""
+    highest = dict.fromkeys(CountLimit, 0)
+    for connection in broker.connections.values():
+        transactions = connection.transactions
+        for limit, count in (
+            (CountLimit.TRANSACTIONS, len(transactions)),
+            (CountLimit.TRANSACTION_MESSAGES, transactions.messages),
+            (CountLimit.TRANSACTION_BYTES, transactions.bytes),
+            *((CountLimit.TRANSACTION_SENDS, len(tx.sends)) for tx in transactions.values()),
+        ):
+            highest[limit] = max(highest[limit], count)
+    cursors = (cursor_count(destination) for destination in broker.registry)
+    highest[CountLimit.CURSORS] = max(cursors, default=0)
+    highest[CountLimit.LEASE_GROUPS] = broker.leases.most_groups()
+    return highest
 
 
 def _destination_totals(stats: DestinationStats) -> _Totals:

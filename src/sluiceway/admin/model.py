@@ -24,7 +24,7 @@ from sluiceway.core.subscription import QueueSubscription, Subscription
 from sluiceway.naming import DestinationKind
 
 if TYPE_CHECKING:
-    from sluiceway.admin.metrics import DestinationTrend
+    from sluiceway.admin.metrics import CountTrend, DestinationTrend
     from sluiceway.server.services import Services
 
 
@@ -237,6 +237,7 @@ class BrokerSnapshot:
     store: str  # file | memory
     disk_bytes: int  # the journal's size
     disk: DiskSnapshot
+    counts: list[CountTrend]  # the counts clients make grow, their limits and refusals
     properties: dict[str, str] = field(default_factory=dict)
 
 
@@ -447,6 +448,7 @@ def broker_snapshot(broker: Broker, services: Services, started: float) -> Broke
         store=config.persist_store,
         disk_bytes=broker.store.disk_bytes(),
         disk=disk_snapshot(broker),
+        counts=services.metrics.counts(),
         properties=broker_properties(broker),
     )
 

@@ -36,6 +36,7 @@ _SCHEMAS: Final = (
     metrics.DestinationTrend,
     metrics.ServiceTrend,
     metrics.Rates,
+    metrics.CountTrend,
     HeldProducer,
 )
 _ERROR: Final = {

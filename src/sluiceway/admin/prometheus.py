@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from sluiceway import __version__
 from sluiceway.admin import model
+from sluiceway.core.destination import Topic
 from sluiceway.core.disk import DiskLevel, DiskStatus
 from sluiceway.core.holding import HOLD_BUCKETS
 from sluiceway.core.memory import MemoryLevel
@@ -55,6 +56,7 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._broker()
+        yield from self._counts()
         yield from self._services()
         yield from self._destinations()
         yield from self._consumers()
@@ -115,6 +117,24 @@ class BrokerCollector(Collector):
             sum_value=times.total,
         )
 
+    def _counts(self) -> Iterator[Metric]:
+        """The counts clients make grow (core.counts), labelled by the property bounding each."""
+        labels = ["limit"]
+        value = GaugeMetricFamily("sluiceway_count_limit", "The limit in force", labels=labels)
+        highest = GaugeMetricFamily(
+            "sluiceway_count_highest",
+            "The highest count now, on one connection, transaction or destination",
+            labels=labels,
+        )
+        refusals = CounterMetricFamily(
+            "sluiceway_count_refusals", "Requests the limit refused", labels=labels
+        )
+        for count in self.services.metrics.counts():
+            value.add_metric([count.limit], count.value)
+            highest.add_metric([count.limit], count.highest)
+            refusals.add_metric([count.limit], count.refused)
+        yield from (value, highest, refusals)
+
     def _services(self) -> Iterator[Metric]:
         connections = GaugeMetricFamily(
             "sluiceway_connections", "Open connections per service", labels=["service"]
@@ -159,6 +179,12 @@ class BrokerCollector(Collector):
         limits = GaugeMetricFamily(
             "sluiceway_destination_limit", "A limit property (-1: none)", labels=[*labels, "limit"]
         )
+        cursors = GaugeMetricFamily(
+            "sluiceway_destination_cursors", "A topic's cursors", labels=labels
+        )
+        groups = GaugeMetricFamily(
+            "sluiceway_destination_lease_groups", "A queue's lease groups", labels=labels
+        )
         counters = {
             attr: CounterMetricFamily(f"sluiceway_destination_{name}", text, labels=labels)
             for attr, name, text in _COUNTERS
@@ -186,11 +212,17 @@ class BrokerCollector(Collector):
             properties = model.destination_properties(destination)
             for limit in _LIMITS:
                 limits.add_metric([*key, limit], float(properties[limit]))
+            if isinstance(destination, Topic):
+                cursors.add_metric(key, len(destination.cursors))
+            else:
+                groups.add_metric(key, broker.leases.group_count(destination.name))
             for attr, counter in counters.items():
                 counter.add_metric(key, getattr(destination.stats, attr))
         yield from gauges.values()
         yield paused
         yield limits
+        yield cursors
+        yield groups
         yield from counters.values()
 
     def _consumers(self) -> Iterator[Metric]:

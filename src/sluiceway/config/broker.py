@@ -148,7 +148,24 @@ class BrokerConfig(ServiceConfig):
         "imq.stomp.max_transactions",
         int_parser(minimum=1),
         100,
-        "Most transactions one connection may have open at a time.",
+        "Most transactions one connection may have open at a time; a BEGIN beyond it is "
+        "refused with status 414.",
+    )
+    tx_max_messages: int = prop(
+        "imq.stomp.transactions.max_messages",
+        int_parser(minimum=1),
+        10_000,
+        "Most messages one connection's open transactions may hold together (sent and not yet "
+        "committed or aborted); a SEND beyond it is refused with status 414 and the "
+        "transaction stays open.",
+    )
+    tx_max_bytes: int = prop(
+        "imq.stomp.transactions.max_bytes",
+        size_parser(),
+        64 * 1024 * 1024,
+        "Most bytes of message bodies one connection's open transactions may hold together (as "
+        "imq.stomp.transactions.max_messages); a message is always accepted when they hold "
+        "none, so one of imq.message.max_size fits in a transaction.",
     )
     tx_producer_max_msgs: int = prop(
         "imq.transaction.producer.maxNumMsgs",
@@ -357,6 +374,13 @@ class BrokerConfig(ServiceConfig):
         16 * 1024 * 1024,
         "Most bytes of message bodies held for one connection (as hold.max_messages).",
     )
+    cursor_max_groups: int = prop(
+        "imq.cursor.max_groups",
+        int_parser(minimum=1),
+        100,
+        "Most cursors (cursor groups) one topic may have; opening a new one beyond it is "
+        "refused with status 414. Cursors the journal holds at start are kept even beyond it.",
+    )
     lease_ttl_ms: int = prop(
         "imq.lease.ttl",
         int_parser(minimum=1),
@@ -386,6 +410,14 @@ class BrokerConfig(ServiceConfig):
         "queue; a new lease beyond it is refused with status 414. The broker also remembers "
         "this many finished leases per group, so a repeated read or acknowledgement of one "
         "gets the same answer.",
+    )
+    lease_max_groups: int = prop(
+        "imq.lease.max_groups",
+        int_parser(minimum=1),
+        1000,
+        "Most lease groups one queue may have (a group is remembered once it read a lease); "
+        "a lease in a new group beyond it is refused with status 414. Groups the journal "
+        "holds at start are kept even beyond it.",
     )
     stage_ttl_ms: int = prop(
         "imq.stage.ttl",

@@ -22,6 +22,7 @@ from sluiceway.config import (
 from sluiceway.core.clock import Clock, SystemClock
 from sluiceway.core.connection import CoreConnection
 from sluiceway.core.context import Context
+from sluiceway.core.counts import CountRefusals
 from sluiceway.core.cursors import Cursors
 from sluiceway.core.destination import Destination, Queue, Topic
 from sluiceway.core.disk import DiskGuard
@@ -94,8 +95,10 @@ class Broker:
         # Durable subscriptions by (client id, name), and the topic that keeps each.
         self.durables: dict[tuple[str, str], Topic] = {}
         self._next_durable_id = 0
+        # Refusals by the limits on counts clients make grow (core.counts).
+        self.refusals = CountRefusals()
         # Topic cursors and queue leases (docs/pipelines-protocol.md).
-        self.cursors = Cursors(self.registry, self.store)
+        self.cursors = Cursors(self.registry, self.store, self.refusals)
         self.leases = Leases(self)
         # Stages: batches published exactly once (same document).
         self.stages = StageArea(self)
@@ -130,7 +133,7 @@ class Broker:
             topic.add_durable(state)
             self.durables[state.key] = topic
             self._next_durable_id = max(self._next_durable_id, record.sub_id)
-        self.cursors.restore(recovery.leases.cursors)
+        self.cursors.restore(recovery.leases.cursors, self.config.cursor_max_groups)
         self.leases.restore(recovery.leases)
         # Measured before the first SEND: a disk already low holds producers from the start.
         self.store.watch_disk(self.disk)

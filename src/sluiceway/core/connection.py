@@ -33,7 +33,7 @@ from sluiceway.core.subscription import (
     TopicBrowserSubscription,
     TopicSubscription,
 )
-from sluiceway.core.transaction import Transaction
+from sluiceway.core.transaction import OpenTransactions
 from sluiceway.errors import BadRequest, BrokerError, Conflict, InternalError, ResourceFull
 from sluiceway.naming import DestinationName
 from sluiceway.store.segments import JournalError
@@ -73,7 +73,7 @@ class CoreConnection:
         # Subscriptions with staged messages, in turn: each at most once (added when its first
         # message is staged, dropped when its last is taken), so never more than it has.
         self._busy: deque[Subscription] = deque()
-        self._transactions: dict[str, Transaction] = {}
+        self.transactions = OpenTransactions(broker.refusals)
         self._on_ready = on_ready
         self.outstanding = 0  # messages given to this connection's subscriptions, not consumed
         self.client_id: str | None = None  # from CONNECT; names durable subscriptions
@@ -215,14 +215,18 @@ class CoreConnection:
                 "too many subscriptions",
                 f"this connection already holds {limit} subscriptions, the limit set by "
                 "imq.stomp.max_subscriptions; unsubscribe some or use another connection",
+                limit="imq.stomp.max_subscriptions",
+                limit_value=str(limit),
             )
         destination = self.broker.registry.resolve(name)
         state = None
         if durable_name is not None and not browser:
             state = self._durable_state(destination, durable_name, selector)
         # Opened (or created) before anything is registered, since either may be refused.
-        opened = None if cursor is None else self.broker.cursors.open(destination, cursor)
-        view = None if lease is None else self.broker.leases.read(destination, lease)
+        broker = self.broker
+        limit = broker.config.cursor_max_groups
+        opened = None if cursor is None else broker.cursors.open(destination, cursor, limit)
+        view = None if lease is None else broker.leases.read(destination, lease)
         flow = ConsumerFlow.negotiate(
             requested_limit=requested_limit,
             threshold=threshold,
@@ -372,9 +376,11 @@ class CoreConnection:
             destination.stats.dropped += 1
             return Sent(message, None)
         if transaction is not None:
-            tx = self._transaction(transaction)
+            transactions = self.transactions
+            tx = transactions.get(transaction)
+            transactions.check_send(tx, message.size, broker.config)  # before any change
             broker.producers.register(self, destination)
-            tx.add_send(destination, message, broker.config.tx_producer_max_msgs)
+            transactions.add_send(tx, destination, message)
             return Sent(message, None)
         into = None
         if stage is not None:
@@ -392,7 +398,7 @@ class CoreConnection:
         if transaction is None:
             subscription.consumed(messages)
         else:
-            self._transactions[transaction].add_ack(subscription, messages)
+            self.transactions.get(transaction).add_ack(subscription, messages)
         return len(messages)
 
     def ack_each(self, acks: Sequence[tuple[int, str] | None], start: int = 0) -> int:
@@ -426,7 +432,7 @@ class CoreConnection:
         if transaction is None:
             subscription.give_back(messages, delivered=True)
         else:
-            self._transactions[transaction].add_nack(subscription, messages)
+            self.transactions.get(transaction).add_nack(subscription, messages)
         return len(messages)
 
     def _select(
@@ -445,7 +451,7 @@ class CoreConnection:
                 "not delivered or which was already acknowledged",
             )
         if transaction is not None:
-            tx = self._transaction(transaction)
+            tx = self.transactions.get(transaction)
             covered = self._covered(subscription, message_id)
             tx.check_ack_room(covered, self.broker.config.tx_consumer_max_msgs)
         selected = subscription.select(message_id)
@@ -464,20 +470,7 @@ class CoreConnection:
     # -- transactions --------------------------------------------------------------------------
 
     def begin(self, tx_id: str) -> None:
-        if tx_id in self._transactions:
-            raise BadRequest(
-                "transaction already begun",
-                f"transaction {tx_id!r} is already open on this connection; COMMIT or ABORT it "
-                "before beginning it again",
-            )
-        limit = self.broker.config.max_transactions
-        if len(self._transactions) >= limit:
-            raise ResourceFull(
-                "too many open transactions",
-                f"this connection already has {limit} open transactions, the limit set by "
-                "imq.stomp.max_transactions; commit or abort some first",
-            )
-        self._transactions[tx_id] = Transaction(tx_id)
+        self.transactions.begin(tx_id, self.broker.config.max_transactions)
 
     def commit(self, tx_id: str) -> None:
         """Publish the transaction's messages and consume what it acknowledged, all at once.
@@ -488,13 +481,13 @@ class CoreConnection:
         transaction is rolled back (its messages dropped, its acknowledgements undone, so
         those messages are delivered again) and the refusal raised.
         """
-        tx = self._transaction(tx_id)
+        tx = self.transactions.get(tx_id)
         producers = self.broker.producers
         try:
             producers.check_commit(tx.sends)
             tx.prepare(self.broker.store)
         except BrokerError as exc:
-            self._transactions.pop(tx_id).abort()
+            self.transactions.pop(tx_id).abort()
             raise type(exc)(
                 "transaction rolled back",
                 f"COMMIT of transaction {tx_id!r} was refused and the transaction rolled back "
@@ -505,7 +498,7 @@ class CoreConnection:
             ) from None
         except Exception as exc:
             log.exception("COMMIT of transaction %r failed on connection %d", tx_id, self.number)
-            self._transactions.pop(tx_id).abort()
+            self.transactions.pop(tx_id).abort()
             cause = (
                 "the journal could not write its records"
                 if isinstance(exc, JournalError)
@@ -517,20 +510,11 @@ class CoreConnection:
                 f"(its messages were not sent, its acknowledgements undone): {cause}; the "
                 "broker's log says why. Send the transaction again once that is fixed",
             ) from None
-        self._transactions.pop(tx_id).commit(self.broker.store, producers.publish_committed)
+        self.transactions.pop(tx_id).commit(self.broker.store, producers.publish_committed)
 
     def abort(self, tx_id: str) -> None:
-        self._transaction(tx_id)
-        self._transactions.pop(tx_id).abort()
-
-    def _transaction(self, tx_id: str) -> Transaction:
-        tx = self._transactions.get(tx_id)
-        if tx is None:
-            raise BadRequest(
-                "no such transaction",
-                f"transaction {tx_id!r} is not open on this connection; BEGIN it first",
-            )
-        return tx
+        self.transactions.get(tx_id)
+        self.transactions.pop(tx_id).abort()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -546,9 +530,7 @@ class CoreConnection:
     def stop_consuming(self) -> None:
         """Abort open transactions and end every subscription (unconsumed messages go back);
         held SENDs stay (a DISCONNECT waits for them)."""
-        for tx in list(self._transactions.values()):
-            tx.abort()
-        self._transactions.clear()
+        self.transactions.abort_all()
         for subscription in list(self.subscriptions.values()):
             del self.subscriptions[subscription.id]
             self._drop(subscription)

@@ -9,7 +9,9 @@ its trimming and its journal records (ADD, REMOVE) are the durable subscriptions
 add only their positions (CURSOR, CURSOR_END records, core.lease_records).
 
 Cursors are named by group within their topic: `cursor:GROUP` on /topic/a and on /topic/b are
-two cursors.
+two cursors. A topic has at most imq.cursor.max_groups of them: opening a new one beyond it is
+refused (status 414) before anything is written; cursors recovered from the journal are kept
+even beyond it (core.counts).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from sluiceway.core.counts import CountLimit, CountRefusals
 from sluiceway.core.destination import Destination, Topic
 from sluiceway.core.lease_records import CursorRecord
 from sluiceway.core.registry import DestinationRegistry
@@ -69,9 +72,12 @@ class Cursor:
 class Cursors:
     """Every cursor of the broker, by topic and group."""
 
-    def __init__(self, registry: DestinationRegistry, store: MessageStore) -> None:
+    def __init__(
+        self, registry: DestinationRegistry, store: MessageStore, refusals: CountRefusals
+    ) -> None:
         self._registry = registry
         self._store = store
+        self._refusals = refusals
         self._cursors: dict[tuple[DestinationName, str], Cursor] = {}
 
     def __iter__(self) -> Iterator[Cursor]:
@@ -80,8 +86,9 @@ class Cursors:
     def __len__(self) -> int:
         return len(self._cursors)
 
-    def open(self, destination: Destination, read: CursorRead) -> Cursor:
-        """The cursor `read.group` of `destination`, created at `read.start` when missing."""
+    def open(self, destination: Destination, read: CursorRead, limit: int) -> Cursor:
+        """The cursor `read.group` of `destination`, created at `read.start` when missing and
+        the topic has fewer than `limit` (imq.cursor.max_groups) cursors."""
         if not isinstance(destination, Topic):
             raise BadRequest(
                 "cursor on a queue",
@@ -91,6 +98,17 @@ class Cursors:
         cursor = self._cursors.get((destination.name, read.group))
         if cursor is not None:
             return cursor
+        if len(destination.cursors) >= limit:
+            raise self._refusals.refuse(
+                CountLimit.CURSORS,
+                limit,
+                "too many cursors",
+                f"{destination.name} already has {len(destination.cursors)} cursors, the limit "
+                f"set by imq.cursor.max_groups ({limit}); cursor {read.group!r} was not created. "
+                "Delete cursors no reader needs (UNSUBSCRIBE with the cursor header), or raise "
+                "imq.cursor.max_groups",
+                destination=destination.name.path,
+            )
         cursor = Cursor(destination, read.group, self._start(destination, read.start))
         self._add(cursor)
         self._store.cursor_saved(cursor.record)
@@ -147,9 +165,10 @@ class Cursors:
         for cursor in list(topic.cursors.values()):
             self._remove(cursor)
 
-    def restore(self, positions: dict[tuple[str, str], int]) -> None:
+    def restore(self, positions: dict[tuple[str, str], int], limit: int) -> None:
         """After a restart: the cursors the journal held (their topics' logs are recovered
-        already), then each topic drops what a commit released before the crash."""
+        already), then each topic drops what a commit released before the crash. A topic with
+        more than `limit` (imq.cursor.max_groups) keeps them all, with a warning."""
         topics: set[Topic] = set()
         for (topic_name, group), position in positions.items():
             topic = self._registry.recovered(DestinationName(DestinationKind.TOPIC, topic_name))
@@ -158,6 +177,14 @@ class Cursors:
             topics.add(topic)
         for topic in topics:
             topic.trim()
+            if len(topic.cursors) > limit:
+                log.warning(
+                    "%s has %d cursors in the journal, more than imq.cursor.max_groups (%d): "
+                    "all are kept, and new cursors on it are refused until fewer remain",
+                    topic.name,
+                    len(topic.cursors),
+                    limit,
+                )
 
     def records(self) -> list[CursorRecord]:
         return [cursor.record for cursor in self._cursors.values()]

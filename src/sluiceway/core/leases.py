@@ -10,11 +10,14 @@ their delivery count, as a NACK does, so maxDeliveryCount and the dead message q
 then they stay counted in the queue's limits (maxNumMsgs, maxTotalMsgBytes), so producer flow
 control sees them.
 
-Every buffer is bounded: a group (per queue) has at most imq.lease.max_open open leases (414
-beyond), each holds at most imq.lease.max_messages messages (spilled to the swap area like a
-pending list), and the group remembers its highest number and as many finished leases as it may
-have open ones. A number the group does not remember and that is not above its highest reads as
-`expired`, never as a new lease with other messages.
+Every buffer is bounded: a queue has at most imq.lease.max_groups lease groups (a lease in a new
+group beyond it is refused with 414 before anything is written; groups recovered from the journal
+are kept even beyond it), a group has at most imq.lease.max_open open leases (414 beyond), each
+holds at most imq.lease.max_messages messages (spilled to the swap area like a pending list), and
+the group remembers its highest number and as many finished leases as it may have open ones. A
+number the group does not remember and that is not above its highest reads as `expired`, never
+as a new lease with other messages. A group is never forgotten, so a lease number is never given
+out twice.
 
 Expiry is checked by the broker's tick, and also whenever a lease is read or acknowledged, so an
 acknowledgement after the deadline is refused (410) even before the tick runs.
@@ -27,6 +30,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from sluiceway.core.counts import CountLimit
 from sluiceway.core.destination import Destination, Queue
 from sluiceway.core.flow import destination_window
 from sluiceway.core.lease_records import (
@@ -134,6 +138,7 @@ class Leases:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._groups: dict[tuple[DestinationName, str], LeaseGroup] = {}
+        self._group_counts: dict[DestinationName, int] = {}  # groups by queue
         self._next_id = 1  # lease ids are never reused: journal marks name them
         # (expires, lease id, lease) of leases that may be open; ended ones are dropped lazily.
         self._deadlines: list[tuple[int, int, Lease]] = []
@@ -142,6 +147,14 @@ class Leases:
     @property
     def open_count(self) -> int:
         return self._open
+
+    def group_count(self, queue: DestinationName) -> int:
+        """How many lease groups `queue` has (what imq.lease.max_groups bounds)."""
+        return self._group_counts.get(queue, 0)
+
+    def most_groups(self) -> int:
+        """The most lease groups one queue has."""
+        return max(self._group_counts.values(), default=0)
 
     def _now(self) -> int:
         return self._broker.clock.time_ms()
@@ -161,6 +174,7 @@ class Leases:
         key = (destination.name, request.group)
         group = self._groups.get(key)
         if group is None:
+            self._check_new_group(destination, name)
             group = LeaseGroup(destination.name, request.group)
         elif request.number <= group.high:
             lease = group.open.get(request.number)
@@ -168,8 +182,30 @@ class Leases:
                 return LeaseView(name, LeaseState.OPEN, lease)
             return LeaseView(name, group.known_state(request.number))
         lease = self._create(destination, group, request)
-        self._groups[key] = group
+        self._add_group(group)
         return LeaseView(name, LeaseState.OPEN, lease)
+
+    def _check_new_group(self, queue: Queue, lease: str) -> None:
+        """Refuse a new group on `queue` beyond imq.lease.max_groups (before anything is made)."""
+        limit = self._broker.config.lease_max_groups
+        count = self.group_count(queue.name)
+        if count >= limit:
+            raise self._broker.refusals.refuse(
+                CountLimit.LEASE_GROUPS,
+                limit,
+                "too many lease groups",
+                f"{queue.name} already has {count} lease groups, the limit set by "
+                f"imq.lease.max_groups ({limit}); lease {lease} would start a new one and was "
+                "not read. A group is remembered once it read a lease: read the next lease of a "
+                "group in use instead, or raise imq.lease.max_groups",
+                destination=queue.name.path,
+            )
+
+    def _add_group(self, group: LeaseGroup) -> None:
+        key = (group.queue, group.name)
+        if key not in self._groups:
+            self._groups[key] = group
+            self._group_counts[group.queue] = self.group_count(group.queue) + 1
 
     def _create(self, queue: Queue, group: LeaseGroup, request: LeaseRead) -> Lease:
         config = self._broker.config
@@ -376,10 +412,11 @@ class Leases:
                 group.remember(number, lease_id, state, keep)
                 if state is LeaseState.ACKNOWLEDGED and isinstance(queue, Queue):
                     holders[lease_id] = (queue, None)
-            self._groups[name, group_name] = group
+            self._add_group(group)
         for lease_record in recovered.open.values():
             lease = self._reopen(lease_record)
             holders[lease.lease_id] = (lease.queue, lease)
+        self._warn_over_limit()
         by_queue: dict[Queue, dict[int, Lease | None]] = {}
         for add, lease_id in recovered.holders.items():
             if lease_id in holders:
@@ -394,7 +431,8 @@ class Leases:
         assert isinstance(queue, Queue)
         group = self._groups.get((name, record.group))
         if group is None:
-            group = self._groups[name, record.group] = LeaseGroup(name, record.group)
+            group = LeaseGroup(name, record.group)
+            self._add_group(group)
         group.high = max(group.high, record.number)
         context = queue.context
         messages = LeasedMessages(context.ledger, context.spill)
@@ -410,6 +448,18 @@ class Leases:
         self._open += 1
         heapq.heappush(self._deadlines, (lease.expires, lease.lease_id, lease))
         return lease
+
+    def _warn_over_limit(self) -> None:
+        limit = self._broker.config.lease_max_groups
+        for queue, count in self._group_counts.items():
+            if count > limit:
+                log.warning(
+                    "%s has %d lease groups in the journal, more than imq.lease.max_groups "
+                    "(%d): all are kept, and leases in new groups are refused",
+                    queue,
+                    count,
+                    limit,
+                )
 
     @staticmethod
     def _settle(queue: Queue, wanted: dict[int, Lease | None]) -> None:

@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from sluiceway.core.counts import CountLimit, CountRefusals
 from sluiceway.core.destination import Destination
 from sluiceway.core.message import Message
 from sluiceway.core.store import MessageStore
-from sluiceway.errors import ResourceFull
+from sluiceway.errors import BadRequest, ResourceFull
 
 if TYPE_CHECKING:
+    from sluiceway.config import BrokerConfig
     from sluiceway.core.subscription import Subscription
 
 # Publishes one message of a committed transaction; False when its destination could not keep it.
@@ -32,7 +34,7 @@ Publish = Callable[[Destination, Message], bool]
 class Transaction:
     """Work of one open transaction, bounded by the per-transaction limits."""
 
-    __slots__ = ("acked", "acks", "id", "nacks", "sends")
+    __slots__ = ("acked", "acks", "bytes", "id", "nacks", "sends")
 
     def __init__(self, tx_id: str) -> None:
         self.id = tx_id
@@ -40,16 +42,12 @@ class Transaction:
         self.acks: list[tuple[Subscription, list[Message]]] = []
         self.nacks: list[tuple[Subscription, list[Message]]] = []
         self.acked = 0  # messages covered by ACKs and NACKs
+        self.bytes = 0  # of the bodies of `sends`
 
-    def add_send(self, destination: Destination, message: Message, limit: int) -> None:
-        if len(self.sends) >= limit:
-            raise ResourceFull(
-                "transaction send limit reached",
-                f"transaction {self.id!r} already holds {len(self.sends)} sent messages, the "
-                f"limit set by imq.transaction.producer.maxNumMsgs ({limit}); commit it before "
-                "sending more, or raise the limit",
-            )
+    def add_send(self, destination: Destination, message: Message) -> None:
+        """Hold `message` until COMMIT (OpenTransactions.check_send checked the limits)."""
         self.sends.append((destination, message))
+        self.bytes += message.size
 
     def check_ack_room(self, count: int, limit: int) -> None:
         if self.acked + count > limit:
@@ -58,6 +56,8 @@ class Transaction:
                 f"transaction {self.id!r} would acknowledge {self.acked + count} messages, more "
                 f"than imq.transaction.consumer.maxNumMsgs ({limit}); commit it first, or raise "
                 "the limit",
+                limit="imq.transaction.consumer.maxNumMsgs",
+                limit_value=str(limit),
             )
 
     def add_ack(self, subscription: Subscription, messages: list[Message]) -> None:
@@ -136,6 +136,113 @@ class Transaction:
         self.acks.clear()
         self.nacks.clear()
         self.acked = 0
+        self.bytes = 0
+
+
+class OpenTransactions:
+    """The open transactions of one connection, and the messages they hold together.
+
+    Per connection: at most imq.stomp.max_transactions open, holding at most
+    imq.stomp.transactions.max_messages messages and imq.stomp.transactions.max_bytes bytes of
+    bodies sent in them (one message is always accepted when they hold none, so a message of
+    imq.message.max_size can be sent in a transaction); per transaction, at most
+    imq.transaction.producer.maxNumMsgs sends (core.counts). A refused BEGIN or SEND changes
+    nothing: the transactions stay open, holding what they held.
+    """
+
+    __slots__ = ("_open", "_refusals", "bytes", "messages")
+
+    def __init__(self, refusals: CountRefusals) -> None:
+        self._open: dict[str, Transaction] = {}
+        self._refusals = refusals
+        self.messages = 0  # sent in the open transactions, not yet committed or aborted
+        self.bytes = 0  # of their bodies
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def values(self) -> list[Transaction]:
+        return list(self._open.values())
+
+    def begin(self, tx_id: str, limit: int) -> None:
+        if tx_id in self._open:
+            raise BadRequest(
+                "transaction already begun",
+                f"transaction {tx_id!r} is already open on this connection; COMMIT or ABORT it "
+                "before beginning it again",
+            )
+        if len(self._open) >= limit:
+            raise self._refusals.refuse(
+                CountLimit.TRANSACTIONS,
+                limit,
+                "too many open transactions",
+                f"this connection already has {len(self._open)} open transactions, the limit "
+                f"set by imq.stomp.max_transactions ({limit}); commit or abort some first, or "
+                "raise imq.stomp.max_transactions",
+            )
+        self._open[tx_id] = Transaction(tx_id)
+
+    def get(self, tx_id: str) -> Transaction:
+        tx = self._open.get(tx_id)
+        if tx is None:
+            raise BadRequest(
+                "no such transaction",
+                f"transaction {tx_id!r} is not open on this connection; BEGIN it first",
+            )
+        return tx
+
+    def check_send(self, tx: Transaction, size: int, config: BrokerConfig) -> None:
+        """Refuse a message of `size` bytes that `tx` may not take (status 414)."""
+        refuse = self._refusals.refuse
+        sends = config.tx_producer_max_msgs
+        if len(tx.sends) >= sends:
+            raise refuse(
+                CountLimit.TRANSACTION_SENDS,
+                sends,
+                "transaction send limit reached",
+                f"transaction {tx.id!r} already holds {len(tx.sends)} sent messages, the limit "
+                f"set by imq.transaction.producer.maxNumMsgs ({sends}); commit it before "
+                "sending more, or raise imq.transaction.producer.maxNumMsgs",
+            )
+        held = config.tx_max_messages
+        if self.messages >= held:
+            raise refuse(
+                CountLimit.TRANSACTION_MESSAGES,
+                held,
+                "too many messages in transactions",
+                f"this connection's open transactions already hold {self.messages} messages, "
+                f"the limit set by imq.stomp.transactions.max_messages ({held}); this SEND was "
+                f"refused and transaction {tx.id!r} stays open: commit or abort some "
+                "transactions first, or raise imq.stomp.transactions.max_messages",
+            )
+        room = config.tx_max_bytes
+        if self.messages and self.bytes + size > room:
+            raise refuse(
+                CountLimit.TRANSACTION_BYTES,
+                room,
+                "too many bytes in transactions",
+                f"this connection's open transactions hold {self.bytes} bytes of message "
+                f"bodies, and this {size}-byte message would take them past "
+                f"imq.stomp.transactions.max_bytes ({room}); this SEND was refused and "
+                f"transaction {tx.id!r} stays open: commit or abort some transactions first, "
+                "or raise imq.stomp.transactions.max_bytes",
+            )
+
+    def add_send(self, tx: Transaction, destination: Destination, message: Message) -> None:
+        tx.add_send(destination, message)
+        self.messages += 1
+        self.bytes += message.size
+
+    def pop(self, tx_id: str) -> Transaction:
+        """Close `tx_id` (for its COMMIT or ABORT): what it holds no longer counts."""
+        tx = self._open.pop(tx_id)
+        self.messages -= len(tx.sends)
+        self.bytes -= tx.bytes
+        return tx
+
+    def abort_all(self) -> None:
+        for tx_id in list(self._open):
+            self.pop(tx_id).abort()
 
 
 def _by_subscription(
