@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,7 +38,6 @@ from sluiceway.errors import (
 from sluiceway.naming import DestinationKind, DestinationName, validate_name
 from sluiceway.security.access import AccessControl, AccessDenied, Operation, Service, access_path
 from sluiceway.security.users import ANONYMOUS, Authenticator, Principal, users_path
-from sluiceway.server.tls import server_context
 
 if TYPE_CHECKING:
     from sluiceway.server.services import Services
@@ -111,11 +111,11 @@ class AdminServer:
     def scheme(self) -> str:
         return "https" if self.config.admin_tls else "http"
 
-    async def start(self) -> None:
+    async def start(self, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on imq.hostname:imq.admin.http.port; HTTPS with `tls` (imq.admin.tls)."""
         config = self.config
         sock = socket.create_server((config.host, config.admin_port), reuse_port=False)
         self._address = sock.getsockname()[:2]
-        tls = server_context(config) if config.admin_tls else None
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
         await web.SockSite(self._runner, sock, ssl_context=tls).start()
