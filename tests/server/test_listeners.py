@@ -61,7 +61,7 @@ async def test_a_websocket_only_broker_carries_messages_and_reports(
     ws_port, admin_port = addresses(ws_only)["ws"][1], ws_only.admin_port
     async with aiohttp.ClientSession() as session:
         sender = await WsStomp.open(session, f"http://127.0.0.1:{ws_port}/stomp")
-        receiver = await WsStomp.open(session, f"http://127.0.0.1:{ws_port}/stomp")
+        receiver = await WsStomp.open(session, f"http://127.0.0.1:{ws_port}/ws")
         await receiver.subscribe("/queue/only-ws", ack="auto")
         await sender.request("SEND", {"destination": "/queue/only-ws", "persistent": "true"}, b"x")
         (message,) = await receiver.receive(1)
