@@ -47,8 +47,8 @@ class ServiceConfig:
         int_parser(minimum=1),
         10_000,
         "Time, in ms, a connection to the admin endpoint has to send a request's line and "
-        "headers (from its first byte, or from the connection's start; for HTTPS also the TLS "
-        "handshake); then it is closed.",
+        "headers (from its first byte, or from the connection's start); then it is closed. "
+        "Over HTTPS the TLS handshake has as long again, before.",
     )
     admin_keepalive_timeout_ms: int = prop(
         "imq.admin.keepalive.timeout",
