@@ -111,8 +111,8 @@ def test_per_destination_properties_create_destinations() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "fragment"),
     [
-        ("imq.stomp.tcp.port", "http", "an integer from 0 to 65535"),
-        ("imq.stomp.tcp.port", "70000", "an integer from 0 to 65535"),
+        ("imq.stomp.tcp.port", "http", "an integer from -1 to 65535"),
+        ("imq.stomp.tcp.port", "70000", "an integer from -1 to 65535"),
         ("imq.protocol.tcp.nodelay", "yes", "true or false"),
         ("imq.protocol.tcp.inbufsz", "2 kilobytes", "such as 2048, 512k"),
         ("imq.autocreate.queue.dispatchPolicy", "random", "one of openmq, fair"),

@@ -64,7 +64,8 @@ class BrokerThread:
     """A broker serving STOMP on 127.0.0.1 from a background thread.
 
     `properties` are broker properties by their Open MQ names; the port defaults to 0 (any free
-    port; `port` tells which). Use as a context manager, or call start() and stop().
+    port; `port` tells which, 0 when imq.stomp.tcp.port is -1; `services.addresses()` tells
+    every listener's). Use as a context manager, or call start() and stop().
     """
 
     def __init__(
@@ -86,9 +87,9 @@ class BrokerThread:
         self._stopping: asyncio.Event | None = None
         self.broker: Broker | None = None
         self.services: Services | None = None
-        self.server: StompServer | None = None  # the plain STOMP listener
+        self.server: StompServer | None = None  # the plain STOMP listener (None when off)
         self.host = ""
-        self.port = 0
+        self.port = 0  # the plain STOMP listener's; 0 when it is off
         self.admin_port = 0  # 0 when the admin endpoint is off
 
     def __enter__(self) -> BrokerThread:
@@ -124,14 +125,16 @@ class BrokerThread:
             storage.notifier.attach(asyncio.get_running_loop(), self.services.synced)
             await self.services.start()
             addresses = self.services.addresses()
-            self.host, self.port = addresses["stomp"]
+            self.host, self.port = addresses.get("stomp", (self.config.host, 0))
             self.admin_port = addresses["admin"][1] if "admin" in addresses else 0
             self._stopping = asyncio.Event()
         except BaseException as exc:
             if storage is not None:
                 storage.close()
             self._started.set_exception(exc)
-            raise
+            if not isinstance(exc, Exception):
+                raise
+            return  # start() raises it, in the thread that asked (a refused start)
         self._started.set_result(None)
         try:
             await self._stopping.wait()
@@ -156,12 +159,14 @@ class BrokerThread:
             shutil.rmtree(self._own_directory, ignore_errors=True)
 
 
-_READY = re.compile(r"ready: STOMP on ([^\s,]+):(\d+)")
-_READY_ADMIN = re.compile(r"admin on [^\s,]+:(\d+)")
+_READY = re.compile(r"Sluiceway \S+ ready: (.*)")
+_READY_STOMP = re.compile(r"(?:^|, )STOMP on [^\s,]+:(\d+)")
+_READY_ADMIN = re.compile(r"(?:^|, )admin on [^\s,]+:(\d+)")
 
 
 class BrokerProcess:
-    """`sluiceway broker` in a child process; `port` is read from its ready line.
+    """`sluiceway broker` in a child process; `port` is read from its ready line (0 when the
+    plain STOMP listener is off: `--port -1`; `ready` holds the line's list of listeners).
 
     `args` are extra command-line arguments (`-D name=value`, `--config FILE`); the port is 0
     (any free one) unless `port` is given; the data directory is `data_dir`, or a temporary one
@@ -199,6 +204,7 @@ class BrokerProcess:
         self.lines: list[str] = []
         self._reader: threading.Thread | None = None
         self.admin_port = 0  # from the ready line; 0 when the admin endpoint is off
+        self.ready = ""  # what the ready line lists: "STOMP on 127.0.0.1:61613, admin on ..."
         self.port = self._wait_ready(timeout)
 
     def _wait_ready(self, timeout: float) -> int:
@@ -211,12 +217,14 @@ class BrokerProcess:
             self.lines.append(line)
             match = _READY.search(line)
             if match:
-                admin = _READY_ADMIN.search(line)
+                self.ready = match.group(1).strip()
+                admin = _READY_ADMIN.search(self.ready)
                 self.admin_port = int(admin.group(1)) if admin else 0
                 # Keep reading what it logs, so a full pipe never blocks the broker.
                 self._reader = threading.Thread(target=self._read_log, daemon=True)
                 self._reader.start()
-                return int(match.group(2))
+                stomp = _READY_STOMP.search(self.ready)
+                return int(stomp.group(1)) if stomp else 0
         self.kill()
         raise RuntimeError("the broker never logged its ready line:\n" + "".join(self.lines))
 

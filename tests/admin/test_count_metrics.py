@@ -105,6 +105,7 @@ def test_each_limit_shows_its_value_highest_count_and_refusals(
     } == expected
     assert counts["imq.lease.max_groups"]["per"] == "queue"
     assert counts["imq.stomp.transactions.max_bytes"]["per"] == "connection"
+    assert admin.ok("GET", "/metrics/broker")["counts"] == list(counts.values())
     trend = admin.ok("GET", "/metrics/destinations/topic/t")
     assert (trend["cursors"], trend["lease_groups"]) == (2, 0)
     trend = admin.ok("GET", "/metrics/destinations/queue/jobs")

@@ -61,12 +61,238 @@ PASSWORD_CASES: list[Case] = []
 
 # -- listeners and TLS: the plain port off, certificates checked at start --------------------
 
-LISTENER_CASES: list[Case] = []
+# The imports of the listener, browser and admin-connection rows.
+import json  # noqa: E402
+import socket  # noqa: E402
+import time  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
+
+from sluiceway.errors import ConfigError  # noqa: E402
+from tests.e2e.support import wait_until  # noqa: E402
+from tests.security import webprobe  # noqa: E402
+from tests.security.conftest import USERS  # noqa: E402
+
+
+def _dates(when: datetime) -> str:
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _refused_start(trial: Trial, **properties: str) -> ConfigError:
+    try:
+        trial.start(**properties)
+    except ConfigError as exc:
+        return exc
+    raise AssertionError("the broker started")
+
+
+def probe_tls_only(trial: Trial) -> object:
+    """Plain port off, TLS on: the ready line lists what listens, and only that listens."""
+    certificate = webprobe.make_certificate(trial.directory)
+    secured = trial.start(**{"imq.stomp.tls.port": "0", **certificate.properties()})
+    services = secured.broker.services
+    assert services is not None
+    ready = secured.broker.call(services.ready_line)
+    listed = {int(part.rsplit(":", 1)[1]) for part in ready.split(", ")}
+    client = webprobe.tls_client(services.addresses()["stomp-tls"][1], certificate.client_context())
+    try:
+        alice = USERS["alice"][0]
+        connected = client.connect(login="alice", passcode=alice).command
+    finally:
+        client.close()
+    labels = tuple(part.split(" on ")[0] for part in ready.split(", "))
+    return labels, listed == webprobe.listening_ports(), connected
+
+
+def probe_no_listener(trial: Trial) -> object:
+    refused = _refused_start(trial)
+    named = all(n in str(refused) for n in ("tcp.port", "tls.port", "ws.port"))
+    return refused.name, named
+
+
+def _certificate_refused(trial: Trial, not_before: datetime, not_after: datetime) -> object:
+    certificate = webprobe.make_certificate(
+        trial.directory, not_before=not_before, not_after=not_after
+    )
+    refused = _refused_start(trial, **{"imq.stomp.tls.port": "0", **certificate.properties()})
+    message = str(refused)
+    return (
+        refused.name,
+        str(certificate.certfile) in message,
+        f"notBefore {_dates(not_before)}" in message,
+        f"notAfter {_dates(not_after)}" in message,
+    )
+
+
+def probe_expired_certificate(trial: Trial) -> object:
+    return _certificate_refused(
+        trial, datetime(2020, 1, 1, tzinfo=UTC), datetime(2021, 1, 1, tzinfo=UTC)
+    )
+
+
+def probe_future_certificate(trial: Trial) -> object:
+    now = datetime.now(UTC).replace(microsecond=0)
+    return _certificate_refused(trial, now + timedelta(days=10), now + timedelta(days=400))
+
+
+def probe_mismatched_key(trial: Trial) -> object:
+    certificate = webprobe.make_certificate(trial.directory)
+    other = webprobe.make_certificate(trial.directory, "other")
+    properties = {**certificate.properties(), "imq.tls.keyfile": str(other.keyfile)}
+    refused = _refused_start(trial, **{"imq.stomp.tls.port": "0", **properties})
+    message = str(refused)
+    return refused.name, str(certificate.certfile) in message, str(other.keyfile) in message
+
+
+def probe_certificate_expiring_soon(trial: Trial) -> object:
+    now = datetime.now(UTC).replace(microsecond=0)
+    certificate = webprobe.make_certificate(trial.directory, not_after=now + timedelta(days=10))
+    with webprobe.capture("sluiceway.server.tls") as records:
+        secured = trial.start(**{"imq.stomp.tls.port": "0", **certificate.properties()})
+    warning = records.text()
+    return (
+        secured.broker.services is not None,
+        str(certificate.certfile) in warning,
+        _dates(certificate.not_after) in warning,
+    )
+
+
+LISTENER_CASES: list[Case] = [
+    Case(
+        "plain-port-off-only-tls-listens",
+        probe_tls_only,
+        (("STOMP+TLS", "admin"), True, "CONNECTED"),
+        {"imq.stomp.tcp.port": "-1"},
+    ),
+    Case(
+        "no-stomp-listener-refused-at-start",
+        probe_no_listener,
+        ("imq.stomp.tcp.port", True),
+        {"imq.stomp.tcp.port": "-1"},
+    ),
+    Case(
+        "expired-certificate-refused-naming-file-and-dates",
+        probe_expired_certificate,
+        ("imq.tls.certfile", True, True, True),
+    ),
+    Case(
+        "not-yet-valid-certificate-refused-naming-file-and-dates",
+        probe_future_certificate,
+        ("imq.tls.certfile", True, True, True),
+    ),
+    Case(
+        "key-of-another-certificate-refused-naming-both-files",
+        probe_mismatched_key,
+        ("imq.tls.keyfile", True, True),
+    ),
+    Case(
+        "certificate-expiring-within-30-days-starts-with-a-warning",
+        probe_certificate_expiring_soon,
+        (True, True, True),
+    ),
+]
 
 
 # -- browsers: Origin on the WebSocket endpoint, Host on the admin endpoint, /ws -------------
 
-BROWSER_CASES: list[Case] = []
+FOREIGN_ORIGIN = "http://evil.example"
+WS_ON = {"imq.stomp.ws.port": "0"}
+AUTH_OFF = {"imq.authentication.enabled": "false"}
+
+
+def _ws_port(secured: Secured) -> int:
+    services = secured.broker.services
+    assert services is not None
+    return services.addresses()["ws"][1]
+
+
+def probe_ws_origin(origin: str | None, path: str = "/stomp") -> Callable[[Trial], object]:
+    """A STOMP session over WebSocket from a page of `origin`: CONNECTED, or the HTTP status."""
+
+    def probe(trial: Trial) -> object:
+        port = _ws_port(trial.start())
+        return webprobe.ws_connect(port, path, origin, "alice", USERS["alice"][0])
+
+    return probe
+
+
+def probe_ws_refused(path: str) -> Callable[[Trial], object]:
+    """A handshake from a page of another site: the status, whether the answer names the
+    origin and the property, whether a WARNING says so."""
+
+    def probe(trial: Trial) -> object:
+        port = _ws_port(trial.start())
+        with webprobe.capture("sluiceway.server.websocket") as records:
+            answer = webprobe.ws_handshake(port, path, FOREIGN_ORIGIN)
+        body = answer.body.decode()
+        named = FOREIGN_ORIGIN in body and "imq.stomp.ws.allowed_origins" in body
+        return answer.status, named, FOREIGN_ORIGIN in records.text()
+
+    return probe
+
+
+def probe_admin_host(*hosts: str) -> Callable[[Trial], object]:
+    """GET /api/v1/broker naming each of `hosts` (`{port}` is the admin port): the statuses,
+    and for a refusal its JSON error and whether its detail names the property."""
+
+    def probe(trial: Trial) -> object:
+        port = trial.start().broker.admin_port
+        seen: list[object] = []
+        for host in hosts:
+            request = webprobe.get_request("/api/v1/broker", host.format(port=port))
+            answer = webprobe.http_exchange(port, request)
+            if answer.status == 403:
+                error = json.loads(answer.body)
+                named = "imq.admin.allowed_hosts" in error["detail"]
+                seen.append((403, error["error"], error["status"], named))
+            else:
+                seen.append(answer.status)
+        return seen
+
+    return probe
+
+
+BROWSER_CASES: list[Case] = [
+    Case("ws-foreign-origin-refused", probe_ws_refused("/stomp"), (403, True, True), WS_ON),
+    Case("ws-own-origin-accepted", probe_ws_origin("http://localhost:3000"), "CONNECTED", WS_ON),
+    Case("ws-without-origin-accepted", probe_ws_origin(None), "CONNECTED", WS_ON),
+    Case(
+        "ws-listed-origin-accepted",
+        probe_ws_origin("https://app.example.com"),
+        "CONNECTED",
+        {**WS_ON, "imq.stomp.ws.allowed_origins": "https://app.example.com"},
+    ),
+    Case(
+        "ws-listed-origin-on-another-port-refused",
+        probe_ws_origin("https://app.example.com:8443"),
+        "HTTP 403",
+        {**WS_ON, "imq.stomp.ws.allowed_origins": "https://app.example.com"},
+    ),
+    Case("ws-path-ws-works", probe_ws_origin(None, "/ws"), "CONNECTED", WS_ON),
+    Case("ws-path-ws-checks-origin", probe_ws_refused("/ws"), (403, True, True), WS_ON),
+    Case(
+        "admin-foreign-host-refused-with-authentication-off",
+        probe_admin_host("evil.example:{port}", "evil.example"),
+        [(403, "unknown host", 403, True)] * 2,
+        AUTH_OFF,
+    ),
+    Case(
+        "admin-foreign-host-refused-before-authentication",
+        probe_admin_host("evil.example:{port}"),
+        [(403, "unknown host", 403, True)],
+    ),
+    Case(
+        "admin-own-host-works",
+        probe_admin_host("localhost:{port}", "127.0.0.1", "[::1]:{port}", "127.0.0.1:{port}"),
+        [200, 200, 200, 200],
+        AUTH_OFF,
+    ),
+    Case(
+        "admin-listed-host-works",
+        probe_admin_host("mq.example.com:{port}", "mq.example.com"),
+        [200, 200],
+        {**AUTH_OFF, "imq.admin.allowed_hosts": "mq.example.com"},
+    ),
+]
 
 
 # -- the admin endpoint: its rules, slow and idle requests -----------------------------------
@@ -144,6 +370,110 @@ ADMIN_CASES: list[Case] = [
         [200, 403],
         properties={"imq.accesscontrol.enabled": "false"},
         rules=access.RULES + "connection.ADMIN.deny.user=root\nconnection.ADMIN.allow.user=carol\n",
+    ),
+]
+
+
+def _half_requests(count: int, port: int) -> list[socket.socket]:
+    opened = []
+    try:
+        for _ in range(count):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=webprobe.TIMEOUT)
+            opened.append(sock)
+            sock.sendall(b"GET /api/v1/broker HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+    except BaseException:
+        for sock in opened:
+            sock.close()
+        raise
+    return opened
+
+
+def probe_half_requests(trial: Trial) -> object:
+    """Many connections that send half a request's head: how many the broker closes, and
+    whether each was held at least the header timeout."""
+    port = trial.start().broker.admin_port
+    started = time.monotonic()
+    sockets = _half_requests(20, port)
+    try:
+        deadline = started + webprobe.TIMEOUT
+        closed = [webprobe.closed_within(sock, deadline) for sock in sockets]
+        held = time.monotonic() - started >= 0.3
+    finally:
+        for sock in sockets:
+            sock.close()
+    return sum(closed), held
+
+
+def probe_idle_keepalive(trial: Trial) -> object:
+    """A kept-alive connection that goes quiet after its answer: the answer, then closed."""
+    port = trial.start().broker.admin_port
+    request = webprobe.get_request(
+        "/api/v1/broker",
+        "127.0.0.1",
+        close=False,
+        Authorization=webprobe.basic("root", USERS["root"][0]),
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=webprobe.TIMEOUT) as sock:
+        answer = webprobe.http_exchange(port, request, sock=sock)
+        closed = webprobe.closed_within(sock, time.monotonic() + webprobe.TIMEOUT)
+    return answer.status, closed
+
+
+def probe_connection_cap(trial: Trial) -> object:
+    """Three kept-alive connections fill imq.admin.max_connections=3: the fourth is answered 503
+    and closed; once one of the three closes, a new one is served."""
+    port = trial.start().broker.admin_port
+    authorization = webprobe.basic("root", USERS["root"][0])
+    request = webprobe.get_request(
+        "/api/v1/broker", "127.0.0.1", close=False, Authorization=authorization
+    )
+    held = [
+        socket.create_connection(("127.0.0.1", port), timeout=webprobe.TIMEOUT) for _ in range(3)
+    ]
+    try:
+        statuses: list[object] = [
+            webprobe.http_exchange(port, request, sock=s).status for s in held
+        ]
+        with socket.create_connection(("127.0.0.1", port), timeout=webprobe.TIMEOUT) as extra:
+            refused = webprobe.read_answer(extra)
+            closed = webprobe.closed_within(extra, time.monotonic() + webprobe.TIMEOUT)
+        statuses += [refused.status, json.loads(refused.body)["error"], closed]
+        held.pop().close()
+        final = webprobe.get_request("/api/v1/broker", "127.0.0.1", Authorization=authorization)
+        answers: list[int] = []
+
+        def served() -> bool:
+            try:
+                answers.append(webprobe.http_exchange(port, final).status)
+            except ConnectionError:  # still refused: the broker has not seen the close yet
+                return False
+            return answers[-1] == 200
+
+        wait_until(served)
+        return [*statuses, answers[-1]]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+ADMIN_CASES += [
+    Case(
+        "admin-half-sent-requests-closed-after-header-timeout",
+        probe_half_requests,
+        (20, True),
+        {"imq.admin.request.header_timeout": "300"},
+    ),
+    Case(
+        "admin-idle-keepalive-connection-closed",
+        probe_idle_keepalive,
+        (200, True),
+        {"imq.admin.keepalive.timeout": "300"},
+    ),
+    Case(
+        "admin-connections-beyond-the-cap-refused",
+        probe_connection_cap,
+        [200, 200, 200, 503, "too many connections", True, 200],
+        {"imq.admin.max_connections": "3"},
     ),
 ]
 

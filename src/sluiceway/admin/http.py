@@ -19,12 +19,14 @@ import asyncio
 import json
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import BasicAuth, web
 
 from sluiceway.admin import console, model, openapi, prometheus
+from sluiceway.admin.guards import HostCheck, admin_limits
 from sluiceway.core.broker import PauseTarget
 from sluiceway.errors import (
     BadRequest,
@@ -40,8 +42,8 @@ from sluiceway.errors import (
 from sluiceway.naming import DestinationKind, DestinationName, validate_name
 from sluiceway.security.access import AccessControl, Operation, Service, access_path
 from sluiceway.security.users import ANONYMOUS, Authenticator, Principal, users_path
+from sluiceway.server.httpguard import ConnectionGuard, guard_middleware, http_kwargs
 from sluiceway.server.stomp_server import find_session
-from sluiceway.server.tls import server_context
 
 if TYPE_CHECKING:
     from sluiceway.server.services import Services
@@ -104,9 +106,15 @@ class AdminServer:
             if self.config.access_control:
                 # Open MQ's connection.ADMIN rules decide who administers.
                 self.access = AccessControl(access_path(self.config))
-        self.app = web.Application(middlewares=[self._errors, self._security])
+        # Before authentication: the connection's limits, then the Host it names.
+        hosts = HostCheck(self.config, self.scheme).middleware
+        self.app = web.Application(
+            middlewares=[guard_middleware, self._errors, hosts, self._security]
+        )
         self._routes()
         self._runner: web.AppRunner | None = None
+        self._listening: asyncio.Server | None = None
+        self.guard = ConnectionGuard("admin endpoint", admin_limits(self.config))
         self._address: tuple[str, int] = ("", 0)
 
     @property
@@ -117,18 +125,34 @@ class AdminServer:
     def scheme(self) -> str:
         return "https" if self.config.admin_tls else "http"
 
-    async def start(self) -> None:
+    async def start(self, tls: ssl.SSLContext | None = None) -> None:
+        """Listen on imq.hostname:imq.admin.http.port; HTTPS with `tls` (imq.admin.tls)."""
         config = self.config
         sock = socket.create_server((config.host, config.admin_port), reuse_port=False)
         self._address = sock.getsockname()[:2]
-        tls = server_context(config) if config.admin_tls else None
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            **http_kwargs(config.admin_keepalive_timeout_ms / 1000),
+        )
         await self._runner.setup()
-        await web.SockSite(self._runner, sock, ssl_context=tls).start()
+        assert self._runner.server is not None
+        # Not a SockSite: every connection goes through the guard (server.httpguard).
+        self._listening = await asyncio.get_running_loop().create_server(
+            self.guard.factory(self._runner.server),
+            sock=sock,
+            ssl=tls,
+            ssl_handshake_timeout=config.admin_header_timeout_ms / 1000 if tls else None,
+        )
 
     async def stop(self) -> None:
+        if self._listening is not None:
+            self._listening.close()  # accept nothing more
         if self._runner is not None:
-            await self._runner.cleanup()
+            await self._runner.cleanup()  # finish the requests in progress, close the rest
+        if self._listening is not None:
+            await self._listening.wait_closed()
 
     # -- middlewares ---------------------------------------------------------------------------
 
@@ -410,6 +434,7 @@ class AdminServer:
                 "memory": {"level": ledger.level.name, "used": ledger.used, "peak": ledger.peak},
                 "disk_bytes": self.broker.store.disk_bytes(),
                 "disk": model.to_json(model.disk_snapshot(self.broker)),
+                "counts": model.to_json(sampler.counts()),
             }
         )
 

@@ -40,9 +40,11 @@ class BrokerConfig(ServiceConfig):
     )
     stomp_port: int = prop(
         "imq.stomp.tcp.port",
-        int_parser(0, 65535),
+        int_parser(-1, 65535),
         61613,
-        "TCP port of the STOMP service (0: any free port, reported in the ready log line).",
+        "TCP port of the STOMP service (0: any free port, reported in the ready log line; -1: "
+        "off, e.g. to serve STOMP over TLS only). One STOMP listener at least (this one, "
+        "imq.stomp.tls.port or imq.stomp.ws.port) must be on.",
     )
     tcp_nodelay: bool = prop(
         "imq.protocol.tcp.nodelay",

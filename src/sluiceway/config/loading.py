@@ -260,6 +260,12 @@ def update_config(config: BrokerConfig, changes: Mapping[str, str]) -> BrokerCon
 
 
 def _check_consistency(config: BrokerConfig) -> None:
+    if config.stomp_port < 0 and config.stomp_tls_port < 0 and config.ws_port < 0:
+        raise ConfigError(
+            "imq.stomp.tcp.port",
+            "no STOMP listener is on: imq.stomp.tcp.port, imq.stomp.tls.port and "
+            "imq.stomp.ws.port are all -1; give at least one of them a port (0: any free one)",
+        )
     if config.write_low_water > config.write_high_water:
         raise ConfigError(
             "imq.stomp.write.low_water",

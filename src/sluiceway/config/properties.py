@@ -146,6 +146,8 @@ def format_default(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, enum.Enum):
         return str(value.value)
+    if isinstance(value, tuple):  # a comma-separated list
+        return ",".join(str(item) for item in value)
     return str(value)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluiceway.config.properties import int_parser, parse_bool, prop, size_parser
+from sluiceway.config.web import parse_hosts, parse_origins
 
 
 def parse_optional_path(text: str) -> str:
@@ -31,6 +32,39 @@ class ServiceConfig:
         False,
         "Serve the admin endpoint over HTTPS, with imq.tls.certfile and imq.tls.keyfile.",
     )
+    admin_allowed_hosts: tuple[str, ...] = prop(
+        "imq.admin.allowed_hosts",
+        parse_hosts,
+        (),
+        "Names the admin endpoint answers to besides its own (imq.hostname, the address a "
+        "request came in on, the machine's host name, and localhost, 127.0.0.1 and ::1 on "
+        "loopback): comma-separated host[:port], e.g. a DNS name or a proxy's; * for any. A "
+        "request whose Host header names anything else gets 403, before authentication, so a "
+        "web page cannot reach the endpoint through DNS rebinding.",
+    )
+    admin_header_timeout_ms: int = prop(
+        "imq.admin.request.header_timeout",
+        int_parser(minimum=1),
+        10_000,
+        "Time, in ms, a connection to the admin endpoint has to send a request's line and "
+        "headers (from its first byte, or from the connection's start); then it is closed. "
+        "Over HTTPS the TLS handshake has as long again, before.",
+    )
+    admin_keepalive_timeout_ms: int = prop(
+        "imq.admin.keepalive.timeout",
+        int_parser(minimum=1),
+        30_000,
+        "Time, in ms, an admin connection may stay idle between two requests before it is "
+        "closed (the web console polls every 2 s; Prometheus scrapes every 15 s by default). "
+        "Also the longest a new connection may take to send its first request, when shorter "
+        "than imq.admin.request.header_timeout.",
+    )
+    admin_max_connections: int = prop(
+        "imq.admin.max_connections",
+        int_parser(minimum=1),
+        32,
+        "Most connections the admin endpoint holds open at once; one more gets 503 and is closed.",
+    )
     tls_certfile: str = prop(
         "imq.tls.certfile",
         parse_optional_path,
@@ -54,13 +88,25 @@ class ServiceConfig:
         int_parser(-1, 65535),
         -1,
         "TCP port of STOMP over WebSocket, for browser clients such as stomp.js; the endpoint is "
-        "/stomp, subprotocols v10.stomp, v11.stomp, v12.stomp (0: any free port; -1: off).",
+        "/stomp (also /ws and /), subprotocols v10.stomp, v11.stomp, v12.stomp (0: any free "
+        "port; -1: off).",
     )
     ws_tls: bool = prop(
         "imq.stomp.ws.tls",
         parse_bool,
         False,
         "Serve STOMP over WebSocket with TLS (wss://), with imq.tls.certfile.",
+    )
+    ws_allowed_origins: tuple[str, ...] = prop(
+        "imq.stomp.ws.allowed_origins",
+        parse_origins,
+        (),
+        "Origins of the web pages that may open STOMP over WebSocket, besides pages of the "
+        "endpoint's own host (imq.hostname, the address a request came in on, the machine's "
+        "host name, and localhost, 127.0.0.1 and ::1 on loopback): comma-separated "
+        "scheme://host[:port] (without a port: 80 for http, 443 for https), * for any. A "
+        "handshake with another Origin header gets 403; one without (a client that is not a "
+        "browser) is accepted.",
     )
     authentication: bool = prop(
         "imq.authentication.enabled",

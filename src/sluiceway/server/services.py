@@ -1,9 +1,12 @@
 """Everything a running broker serves, started and stopped together, and its periodic tick.
 
-- STOMP over TCP (`imq.stomp.tcp.port`), always;
+- STOMP over TCP (`imq.stomp.tcp.port`), unless -1;
 - STOMP over TLS (`imq.stomp.tls.port`), when set;
 - STOMP over WebSocket (`imq.stomp.ws.port`, wss with `imq.stomp.ws.tls`), when set;
 - the admin endpoint (`imq.admin.http.port`): the HTTP JSON API, the web console, /metrics.
+
+At least one of the three STOMP listeners is on (the configuration refuses otherwise). The TLS
+services share one SSL context, loaded (and its certificate's dates checked) once at start.
 
 The tick (once a second) runs the core's periodic work (which also retries journal writes that
 wait for a full disk, and measures its free space), feeds it the bytes waiting in write buffers
@@ -32,7 +35,7 @@ from sluiceway.security.access import Gate, check_security_files
 from sluiceway.security.watch import AccessWatcher
 from sluiceway.server.connection import ConnectionInfo, Traffic
 from sluiceway.server.stomp_server import StompServer, open_sessions
-from sluiceway.server.tls import server_context
+from sluiceway.server.tls import needs_tls, server_context
 from sluiceway.server.websocket import WebSocketServer
 
 log = logging.getLogger(__name__)
@@ -71,8 +74,11 @@ class Services:
         self.broker = broker
         self.config: BrokerConfig = broker.config
         self.gate = Gate(self.config) if self.config.authentication else None
-        self.stomp = StompServer(broker, "stomp", self.gate)
-        self.listeners: list[Listener] = [self.stomp]
+        # The plain STOMP listener; None when imq.stomp.tcp.port is -1.
+        self.stomp = (
+            StompServer(broker, "stomp", self.gate) if self.config.stomp_port >= 0 else None
+        )
+        self.listeners: list[Listener] = [self.stomp] if self.stomp is not None else []
         self.admin: AdminServer | None = None
         self.metrics = MetricsSampler(broker, self)
         self.started = time.time()
@@ -86,22 +92,20 @@ class Services:
         check_security_files(config)
         # The certificate is loaded before anything binds: a broker that cannot serve every
         # service it was asked for refuses to start, and leaves no port open behind it.
-        stomp_tls = server_context(config) if config.stomp_tls_port >= 0 else None
-        ws_tls = server_context(config) if config.ws_port >= 0 and config.ws_tls else None
-        if config.admin_port >= 0 and config.admin_tls:
-            server_context(config)  # the admin endpoint loads its own once its socket is bound
-        await self.stomp.start()
-        if stomp_tls is not None:
-            tls = StompServer(self.broker, "stomp-tls", self.gate)
-            await tls.start(port=config.stomp_tls_port, tls=stomp_tls)
-            self.listeners.append(tls)
+        tls = server_context(config) if needs_tls(config) else None
+        if self.stomp is not None:
+            await self.stomp.start()
+        if config.stomp_tls_port >= 0:
+            stomp_tls = StompServer(self.broker, "stomp-tls", self.gate)
+            await stomp_tls.start(port=config.stomp_tls_port, tls=tls)
+            self.listeners.append(stomp_tls)
         if config.ws_port >= 0:
             ws = WebSocketServer(self.broker, self)
-            await ws.start(tls=ws_tls)
+            await ws.start(tls=tls if config.ws_tls else None)
             self.listeners.append(ws)
         if config.admin_port >= 0:
             self.admin = AdminServer(self)
-            await self.admin.start()
+            await self.admin.start(tls if config.admin_tls else None)
         if config.metrics_enabled and config.metrics_retention_h and config.persist_store == "file":
             self.history = HistoryWriter(self, Path(config.data_directory) / "metrics")
             self.every_tick(self.history.tick)
@@ -127,7 +131,9 @@ class Services:
                 self.metrics.sample()
             for work in self._on_tick:
                 work()
-            self.stomp.flush_store()
+            store = self.broker.store  # hand the journal's appended records to the OS
+            if store.buffered:
+                store.flush()
         except Exception:  # the tick must survive a bug in one sweep
             log.exception("periodic broker work failed")
         self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._run_tick)
@@ -145,14 +151,19 @@ class Services:
         return found
 
     def ready_line(self) -> str:
+        """What listens, and where: `STOMP on 127.0.0.1:61613, admin on 127.0.0.1:61680`."""
         addresses = self.addresses()
-        host, port = addresses["stomp"]
-        parts = [f"STOMP on {host}:{port}"]
-        labels = {"stomp-tls": "STOMP+TLS", "ws": "STOMP over WebSocket", "admin": "admin"}
-        for name, label in labels.items():
-            if name in addresses:
-                parts.append(f"{label} on {addresses[name][0]}:{addresses[name][1]}")
-        return ", ".join(parts)
+        labels = {
+            "stomp": "STOMP",
+            "stomp-tls": "STOMP+TLS",
+            "ws": "STOMP over WebSocket",
+            "admin": "admin",
+        }
+        return ", ".join(
+            f"{label} on {addresses[name][0]}:{addresses[name][1]}"
+            for name, label in labels.items()
+            if name in addresses
+        )
 
     def connections(self) -> list[ConnectionInfo]:
         """A snapshot of every open STOMP connection, whatever carries it."""

@@ -3,26 +3,48 @@
 STOMP over TLS (`imq.stomp.tls.port`), STOMP over secure WebSocket (`imq.stomp.ws.tls`) and the
 admin endpoint over HTTPS (`imq.admin.tls`) all serve `imq.tls.certfile` with the private key in
 `imq.tls.keyfile` (or in the certfile when that is empty). Every way the files can be wrong is a
-ConfigError naming the property to fix, raised before the broker binds anything.
+ConfigError naming the property to fix, raised before the broker binds anything: among them a
+certificate of the file (the broker's own or an intermediate) that has expired or is not valid
+yet, since clients would refuse every handshake. One that expires within `EXPIRY_WARNING` is
+logged as a warning: the broker reads the files at start only, so it must be renewed and the
+broker restarted before then.
 """
 
 from __future__ import annotations
 
+import logging
 import ssl
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
 from sluiceway.config import BrokerConfig
 from sluiceway.errors import ConfigError
+from sluiceway.server.certificates import format_utc, pem_certificates, validity
+
+log = logging.getLogger(__name__)
 
 CERTFILE: Final = "imq.tls.certfile"
 KEYFILE: Final = "imq.tls.keyfile"
+EXPIRY_WARNING: Final = timedelta(days=30)
 _PEM_CERTIFICATE: Final = "-----BEGIN CERTIFICATE-----"
 _PEM_PRIVATE_KEY: Final = b"PRIVATE KEY-----"  # BEGIN PRIVATE KEY, RSA PRIVATE KEY, EC ...
 
 
-def server_context(config: BrokerConfig) -> ssl.SSLContext:
-    """A server-side SSL context with imq.tls.certfile and imq.tls.keyfile (TLS 1.2 or later)."""
+def needs_tls(config: BrokerConfig) -> bool:
+    """Whether a service that is on serves TLS."""
+    return (
+        config.stomp_tls_port >= 0
+        or (config.ws_port >= 0 and config.ws_tls)
+        or (config.admin_port >= 0 and config.admin_tls)
+    )
+
+
+def server_context(config: BrokerConfig, now: datetime | None = None) -> ssl.SSLContext:
+    """A server-side SSL context with imq.tls.certfile and imq.tls.keyfile (TLS 1.2 or later).
+
+    `now` (default: the current time) is when the certificates must be valid.
+    """
     certfile, keyfile = config.tls_certfile, config.tls_keyfile
     if not certfile:
         raise ConfigError(
@@ -32,6 +54,7 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
         )
     cert_text = _read(CERTFILE, certfile, "certificate")
     _check_certificates(certfile, cert_text)
+    _check_dates(certfile, cert_text, datetime.now(UTC) if now is None else now)
     key_property, key_path = (KEYFILE, keyfile) if keyfile else (CERTFILE, certfile)
     _check_key(key_property, key_path, _read(KEYFILE, keyfile, "key") if keyfile else cert_text)
 
@@ -51,7 +74,10 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
         context.load_cert_chain(certfile, keyfile or None, password=no_passphrase)
     except ssl.SSLError as exc:  # (an OSError too, so caught first)
         if exc.reason == "KEY_VALUES_MISMATCH":
-            problem = f"does not belong to the certificate in imq.tls.certfile {certfile!r}"
+            problem = (
+                f"does not belong to the certificate in imq.tls.certfile {certfile!r}: the two "
+                "files do not match"
+            )
         else:
             problem = "is not a PEM private key OpenSSL can read"
         raise ConfigError(
@@ -105,4 +131,40 @@ def _check_key(key_property: str, key_path: str, text: bytes) -> None:
                 if key_property == KEYFILE
                 else "name the file of the certificate's private key in imq.tls.keyfile"
             ),
+        )
+
+
+def _check_dates(certfile: str, text: bytes, now: datetime) -> None:
+    """Refuse a certificate outside its validity period; warn of one that ends soon."""
+    try:
+        periods = [validity(der) for der in pem_certificates(text)]
+    except ValueError as exc:  # OpenSSL read it: a form this reader does not know
+        log.warning(
+            "cannot read the validity dates in %s %r (%s); not checked", CERTFILE, certfile, exc
+        )
+        return
+    for index, period in enumerate(periods):
+        which = "the certificate" if index == 0 else f"certificate {index + 1} (of the chain)"
+        if period.not_before <= now <= period.not_after:
+            if period.not_after - now < EXPIRY_WARNING:
+                log.warning(
+                    "%s in %s %r expires on %s, in %d days: renew it and restart the broker "
+                    "before then (clients refuse an expired certificate)",
+                    which,
+                    CERTFILE,
+                    certfile,
+                    format_utc(period.not_after),
+                    (period.not_after - now).days,
+                )
+            continue
+        if now > period.not_after:
+            problem, hint = f"expired on {format_utc(period.not_after)}", "renew it"
+        else:
+            problem = f"is not valid before {format_utc(period.not_before)}"
+            hint = "is the machine's clock right?"
+        raise ConfigError(
+            CERTFILE,
+            f"{which} in imq.tls.certfile {certfile!r} {problem} (notBefore "
+            f"{format_utc(period.not_before)}, notAfter {format_utc(period.not_after)}; now "
+            f"{format_utc(now)}): clients would refuse it; give a certificate valid now ({hint})",
         )

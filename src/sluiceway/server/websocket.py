@@ -1,9 +1,14 @@
 """STOMP over WebSocket (`imq.stomp.ws.port`), for browser clients such as stomp.js.
 
-The endpoint is `ws://imq.hostname:imq.stomp.ws.port/stomp` (`/` is accepted too), `wss://` when
-`imq.stomp.ws.tls` is true. The subprotocols offered are v12.stomp, v11.stomp and v10.stomp, as
-stomp.js asks for them; a client that names none is served too. The STOMP version itself is
-agreed by CONNECT's accept-version, as over TCP.
+The endpoint is `ws://imq.hostname:imq.stomp.ws.port/stomp` (`/ws`, where RabbitMQ's examples
+look, and `/` are accepted too), `wss://` when `imq.stomp.ws.tls` is true. The subprotocols
+offered are v12.stomp, v11.stomp and v10.stomp, as stomp.js asks for them; a client that names
+none is served too. The STOMP version itself is agreed by CONNECT's accept-version, as over TCP.
+
+The handshake is refused (403) when it carries an `Origin` header naming a page of another site
+than the endpoint's own or one of `imq.stomp.ws.allowed_origins` (server.browsers), and its
+connection is closed when the handshake's request line and headers have not come within
+`imq.stomp.connect.timeout` (server.httpguard).
 
 Each connection is the same `StompProtocol` and `StompSession` as over TCP; only the transport
 differs. `WebSocketTransport` adapts aiohttp's `WebSocketResponse` to the `asyncio.Transport` the
@@ -36,9 +41,11 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any, Final
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSMsgType, hdrs, web
 
+from sluiceway.server.browsers import OriginPolicy, machine_name, served_names, shown
 from sluiceway.server.connection import CLOSE_LINGER_S, WRITE_CAP_FACTOR, StompProtocol
+from sluiceway.server.httpguard import ConnectionGuard, GuardLimits, handling, http_kwargs
 from sluiceway.server.stomp_server import StompServer
 
 if TYPE_CHECKING:
@@ -47,7 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PATHS: Final = frozenset({"/stomp", "/"})
+PATHS: Final = frozenset({"/stomp", "/ws", "/"})
 # stomp.js offers these, best first; the client's order of preference decides.
 SUBPROTOCOLS: Final = ("v12.stomp", "v11.stomp", "v10.stomp")
 # What one data_received gets at most: asyncio's socket transports read 256 KiB at a time, so a
@@ -326,6 +333,16 @@ class WebSocketServer(StompServer):
         self._http: web.Server | None = None
         self._listening: asyncio.Server | None = None
         self._stopping = False
+        self.origins = OriginPolicy(self.config.ws_allowed_origins)
+        self._machine = machine_name()
+        # A handshake has as long as CONNECT after it (imq.stomp.connect.timeout).
+        self.guard = ConnectionGuard(
+            "WebSocket endpoint",
+            GuardLimits(
+                header_timeout_s=self.config.connect_timeout_ms / 1000,
+                header_timeout_property="imq.stomp.connect.timeout",
+            ),
+        )
 
     @property
     def address(self) -> tuple[str, int]:
@@ -339,16 +356,18 @@ class WebSocketServer(StompServer):
     ) -> None:
         """Listen on `host`:`port` (default: imq.hostname and imq.stomp.ws.port)."""
         config = self.config
-        self._http = web.Server(self._accept, access_log=None)
+        timeout_s = config.connect_timeout_ms / 1000
+        # After a refused handshake (404, 403, 426) a connection stays no longer than that.
+        self._http = web.Server(self._accept, access_log=None, **http_kwargs(timeout_s))
         self._listening = await asyncio.get_running_loop().create_server(
-            self._http,
+            self.guard.factory(self._http),
             host=config.host if host is None else host,
             port=config.ws_port if port is None else port,
             reuse_address=True,
             backlog=1024,
             ssl=tls,
             # A TLS client has as long to finish its handshake as to send CONNECT afterwards.
-            ssl_handshake_timeout=config.connect_timeout_ms / 1000 if tls is not None else None,
+            ssl_handshake_timeout=timeout_s if tls is not None else None,
         )
         for sock in self._listening.sockets:
             # Accepted sockets inherit these buffer sizes from the listening socket.
@@ -358,9 +377,36 @@ class WebSocketServer(StompServer):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, config.tcp_outbufsz)
 
     async def _accept(self, request: web.BaseRequest) -> web.StreamResponse:
+        with handling(request):
+            return await self._handshake(request)
+
+    def _origin_allowed(self, request: web.BaseRequest) -> bool:
+        transport = request.transport
+        local = transport.get_extra_info("sockname") if transport is not None else None
+        served = served_names(
+            (self.config.host, local[0] if isinstance(local, tuple) else None), self._machine
+        )
+        return self.origins.allows(request.headers.get(hdrs.ORIGIN), served)
+
+    async def _handshake(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.path not in PATHS:
             return web.Response(
-                status=404, text="STOMP over WebSocket is served at /stomp (and /)\n"
+                status=404, text="STOMP over WebSocket is served at /stomp (and /ws, /)\n"
+            )
+        if not self._origin_allowed(request):
+            origin = shown(request.headers[hdrs.ORIGIN])
+            log.warning(
+                "WebSocket handshake from %s refused: Origin %s is not allowed "
+                "(imq.stomp.ws.allowed_origins)",
+                request.remote,
+                origin,
+            )
+            return web.Response(
+                status=403,
+                text=f"Origin {origin} may not open STOMP over WebSocket here: a page of "
+                "another site would connect with its visitor's browser. To allow it, add it to "
+                "the broker's imq.stomp.ws.allowed_origins (comma-separated "
+                "scheme://host[:port], or * for any)\n",
             )
         ws = web.WebSocketResponse(
             protocols=SUBPROTOCOLS,
