@@ -154,7 +154,9 @@ def test_an_authenticating_broker_process_never_logs_a_password(
 # -- connection.ADMIN rules, and files that cannot be read ------------------------------------
 
 
-def test_connection_admin_rules_narrow_the_admin_group(secured_factory: SecuredFactory) -> None:
+def test_a_connection_admin_deny_keeps_an_admin_group_member_out(
+    secured_factory: SecuredFactory,
+) -> None:
     rules = RULES.replace(
         "connection.ADMIN.allow.group=admin",
         "connection.ADMIN.allow.group=admin\nconnection.ADMIN.deny.user=root",

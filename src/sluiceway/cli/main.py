@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument(
         "--port",
         type=int,
-        help="STOMP port, 0 for any free one (same as -D imq.stomp.tcp.port=PORT)",
+        help="plain STOMP port: 0 any free one, -1 none (same as -D imq.stomp.tcp.port=PORT)",
     )
     broker.add_argument(
         "--list-properties",
