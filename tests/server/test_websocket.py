@@ -145,6 +145,7 @@ class RecordingProtocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.events: list[str] = []
         self.received: list[bytes] = []
+        self.held: list[int] = []  # what the transport said it holds, each time
         self.lost = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -152,6 +153,9 @@ class RecordingProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received.append(data)
+
+    def input_held_below(self, held: int) -> None:
+        self.held.append(held)
 
     def pause_writing(self) -> None:
         self.events.append("pause")

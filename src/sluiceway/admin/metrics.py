@@ -58,11 +58,19 @@ class DestinationTrend:
 
 @dataclass(frozen=True, slots=True)
 class ServiceTrend:
-    """`metrics svc`: what one service (stomp, stomp-tls, ws) carried, totals and rates."""
+    """`metrics svc`: what one service (stomp, stomp-tls, ws) carried, totals and rates; and
+    what bounds its input and connections."""
 
     name: str
     connections: int
     connections_closed: int
+    # Connections this service refused when they opened, or ended for their input, by the
+    # limit's property (imq.stomp.max_connections, ..._per_address, imq.stomp.input.*, ...).
+    refused: dict[str, int]
+    # The most connections one client address has open, over all STOMP services together
+    # (what imq.stomp.max_connections_per_address bounds).
+    per_address_max: int
+    input_bytes: int  # bytes of frames being received its connections hold
     msgs_in: int
     msgs_out: int
     bytes_in: int
@@ -230,6 +238,9 @@ class MetricsSampler:
                     name=listener.name,
                     connections=len(listener.connections()),
                     connections_closed=int(closed),
+                    refused=dict(getattr(listener, "refusals", {})),
+                    per_address_max=self.broker.connection_counts.most_per_address,
+                    input_bytes=int(getattr(listener, "input_buffered", 0)),
                     msgs_in=traffic.msgs_in,
                     msgs_out=traffic.msgs_out,
                     bytes_in=traffic.bytes_in,

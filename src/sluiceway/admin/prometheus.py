@@ -31,6 +31,7 @@ from sluiceway.core.memory import MemoryLevel
 
 if TYPE_CHECKING:
     from sluiceway.admin.http import AdminServer
+    from sluiceway.core.broker import Broker
     from sluiceway.server.services import Services
 
 _COUNTERS = (
@@ -84,7 +85,9 @@ class BrokerCollector(Collector):
         )
         memory.add_metric(["messages"], ledger.used)
         memory.add_metric(["buffers"], ledger.external)
+        memory.add_metric(["input"], ledger.input)
         yield memory
+        yield from _input(broker)
         yield GaugeMetricFamily(
             "sluiceway_memory_budget_bytes", "imq.memory.budget", value=ledger.policy.budget
         )
@@ -148,13 +151,21 @@ class BrokerCollector(Collector):
                 ("frames_out", "STOMP frames written"),
             )
         }
+        refused = CounterMetricFamily(
+            "sluiceway_connections_refused",
+            "Connections refused when they opened, or ended for their input, by limit",
+            labels=["service", "limit"],
+        )
         for listener in self.services.listeners:
             connections.add_metric([listener.name], len(listener.connections()))
             carried = listener.traffic()
             for name, family in traffic.items():
                 family.add_metric([listener.name], getattr(carried, name))
+            for limit, count in getattr(listener, "refusals", {}).items():
+                refused.add_metric([listener.name, limit], count)
         yield connections
         yield from traffic.values()
+        yield refused
 
     def _destinations(self) -> Iterator[Metric]:
         broker = self.services.broker
@@ -265,6 +276,36 @@ class BrokerCollector(Collector):
             gauges["write_buffer_bytes"].add_metric(key, info.write_buffer)
             gauges["outstanding_messages"].add_metric(key, info.outstanding)
         yield from gauges.values()
+
+
+def _input(broker: Broker) -> Iterator[Metric]:
+    """Connections and the input they hold, against the limits of both (server.input_budget,
+    core.connection_counts)."""
+    counts, ledger = broker.connection_counts, broker.ledger
+    for name, text, value in (
+        (
+            "connections_open",
+            "STOMP connections open, all services (imq.stomp.max_connections)",
+            counts.total,
+        ),
+        (
+            "connections_per_address_max",
+            "The most STOMP connections one client address has open "
+            "(imq.stomp.max_connections_per_address)",
+            counts.most_per_address,
+        ),
+        (
+            "input_buffered_bytes",
+            "Bytes of frames being received, all connections (imq.stomp.input.total.max_bytes)",
+            ledger.input,
+        ),
+        (
+            "input_limit_bytes",
+            "imq.stomp.input.total.max_bytes in force (0: no limit)",
+            ledger.policy.input_max,
+        ),
+    ):
+        yield GaugeMetricFamily(f"sluiceway_{name}", text, value=value)
 
 
 def _disk(status: DiskStatus) -> Iterator[Metric]:

@@ -118,6 +118,50 @@ class BrokerConfig(ServiceConfig):
         10000,
         "Time, in ms, a new TCP connection has to send its CONNECT frame before it is closed.",
     )
+    connect_max_frame_size: int = prop(
+        "imq.stomp.connect.max_frame_size",
+        size_parser(minimum=1024),
+        8 * 1024,
+        "Largest frame accepted before a CONNECT is accepted, in bytes (over WebSocket: the "
+        "largest message). A CONNECT carries headers only (credentials, heart-beat, flow "
+        "settings), so a client that has not authenticated cannot make the broker hold a large "
+        "frame. A larger one gets an ERROR (status 423) and the connection is closed.",
+    )
+    input_max_bytes: int = prop(
+        "imq.stomp.input.max_bytes",
+        size_parser(),
+        16 * 1024 * 1024,
+        "Most bytes of frames being received one connection may hold in memory (the frame "
+        "being read, and any received but not yet handled); past it the connection gets an "
+        "ERROR (status 423) and is closed. It bounds the largest frame too: raise it (and "
+        "imq.stomp.input.total.max_bytes) to accept messages up to imq.message.max_size. "
+        "0: no limit but imq.stomp.max_frame_size.",
+    )
+    input_total_max: int = prop(
+        "imq.stomp.input.total.max_bytes",
+        size_parser(allow_unlimited=True, minus_one="a quarter of imq.memory.budget"),
+        -1,
+        "Most bytes of frames being received all connections together may hold in memory "
+        "(they count against imq.memory.budget as they arrive); the connection whose bytes "
+        "take it past this gets an ERROR (status 414) and is closed. -1: a quarter of "
+        "imq.memory.budget (no limit when the budget is 0); 0: no limit.",
+    )
+    max_connections: int = prop(
+        "imq.stomp.max_connections",
+        int_parser(minimum=1),
+        10_000,
+        "Most STOMP connections open at a time, over TCP, TLS and WebSocket together. One more "
+        "gets an ERROR (status 414) naming this limit and is closed before it can send CONNECT. "
+        "Keep the process's open-files limit (ulimit -n) above it.",
+    )
+    max_connections_per_address: int = prop(
+        "imq.stomp.max_connections_per_address",
+        int_parser(minimum=1),
+        1000,
+        "Most STOMP connections open at a time from one client IP address, over TCP, TLS and "
+        "WebSocket together; one more is refused as for imq.stomp.max_connections. A tenth of "
+        "the total by default, so one host cannot take every connection.",
+    )
     write_high_water: int = prop(
         "imq.stomp.write.high_water",
         size_parser(),

@@ -64,12 +64,15 @@ _SIZE_RE: Final = re.compile(r"^\s*(-?\d+)\s*([bkmgBKMG]?)\s*$")
 
 
 def size_parser(
-    *, allow_unlimited: bool = False, minus_one: str = "unlimited"
+    *, allow_unlimited: bool = False, minus_one: str = "unlimited", minimum: int = 0
 ) -> Callable[[str], int]:
-    """Open MQ's size syntax: a number of bytes, or a number with `b`, `k`, `m` or `g` suffix."""
+    """Open MQ's size syntax: a number of bytes, or a number with `b`, `k`, `m` or `g` suffix;
+    at least `minimum` bytes (or -1, when `allow_unlimited`)."""
 
     def parse(text: str) -> int:
         accepted = "a size in bytes such as 2048, 512k, 10m or 1g"
+        if minimum:
+            accepted = f"a size of at least {minimum} bytes such as 2048, 512k, 10m or 1g"
         if allow_unlimited:
             accepted += f" (-1 for {minus_one})"
         match = _SIZE_RE.match(text)
@@ -78,9 +81,10 @@ def size_parser(
         number = int(match.group(1))
         if number == -1 and allow_unlimited:
             return -1
-        if number < 0:
+        size = number * _SIZE_UNITS[match.group(2).lower()]
+        if size < max(minimum, 0):
             raise ValueError(accepted)
-        return number * _SIZE_UNITS[match.group(2).lower()]
+        return size
 
     return parse
 

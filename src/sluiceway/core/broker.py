@@ -21,6 +21,7 @@ from sluiceway.config import (
 )
 from sluiceway.core.clock import Clock, SystemClock
 from sluiceway.core.connection import CoreConnection
+from sluiceway.core.connection_counts import ConnectionCounts
 from sluiceway.core.context import Context
 from sluiceway.core.counts import CountRefusals
 from sluiceway.core.cursors import Cursors
@@ -108,6 +109,10 @@ class Broker:
             StageJournal(self.store, self.stages)
         self.connections: dict[int, CoreConnection] = {}
         self._next_connection = 0
+        # The STOMP connections every listener accepted, counted against their limits.
+        self.connection_counts = ConnectionCounts(
+            config.max_connections, config.max_connections_per_address
+        )
         # Message ids are unique across restarts: a random prefix per broker run, then a counter.
         self.instance_id = secrets.token_hex(4)
         self._id_prefix = f"sw-{self.instance_id}-"

@@ -2,8 +2,11 @@
 
 Every message waiting in memory (in a pending list, a topic log, being delivered, held for a
 producer) is counted at its body size plus a fixed estimate of the Python objects around it;
-the I/O layer adds the bytes waiting in write buffers. Against `imq.memory.budget` that gives
-Open MQ's memory levels (`imq.<level>.threshold`, percent of the budget):
+the I/O layer adds the bytes waiting in write buffers, and the bytes of frames still being
+received (`input`: a large SEND's body counts as it arrives, and is given back when the frame is
+complete, then counted as a message, or when its connection closes). Against
+`imq.memory.budget` that gives Open MQ's memory levels (`imq.<level>.threshold`, percent of the
+budget):
 
 - GREEN: all is well;
 - YELLOW (80 %): newly queued messages go to the swap area (unless `imq.swap.threshold` sets
@@ -12,6 +15,9 @@ Open MQ's memory levels (`imq.<level>.threshold`, percent of the budget):
 - RED (98 %): new producers are refused and existing ones are held until memory is freed.
 
 A level is entered `imq.memory.hysteresis` bytes before its threshold, so it does not flap.
+
+The bytes of frames being received, on all connections together, are bounded by
+`imq.stomp.input.total.max_bytes` (`LevelPolicy.input_max`): by default a quarter of the budget.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ log = logging.getLogger(__name__)
 # Python object overhead of one queued message besides its body: the Message object, its id and
 # headers, the deque slot (measured with sys.getsizeof on typical messages, rounded up).
 MESSAGE_OVERHEAD: Final = 400
+# imq.stomp.input.total.max_bytes = -1: this percentage of imq.memory.budget. A quarter leaves
+# the rest to what the budget is for (queued messages, write buffers) while a few large SENDs
+# arrive at once; a stalled sender holds no more than its share of memory.
+INPUT_SHARE: Final = 25
 
 
 def message_cost(body_size: int) -> int:
@@ -45,12 +55,14 @@ class MemoryLevel(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class LevelPolicy:
-    """Thresholds (percent of the budget) and producer credits per level."""
+    """Thresholds (percent of the budget) and producer credits per level, and the bytes of
+    frames being received the budget leaves room for."""
 
     budget: int = 0  # 0: no budget, always GREEN
     thresholds: tuple[int, int, int, int] = (0, 80, 90, 98)
     counts: tuple[int, int, int, int] = (5000, 500, 50, 0)
     hysteresis: int = 1024
+    input_max: int = 0  # bytes of frames being received on all connections; 0: no limit
 
 
 def level_policy(config: BrokerConfig) -> LevelPolicy:
@@ -59,7 +71,16 @@ def level_policy(config: BrokerConfig) -> LevelPolicy:
         thresholds=(0, config.yellow_threshold, config.orange_threshold, config.red_threshold),
         counts=(config.green_count, config.yellow_count, config.orange_count, config.red_count),
         hysteresis=config.memory_hysteresis,
+        input_max=input_limit(config.input_total_max, config.memory_budget),
     )
+
+
+def input_limit(configured: int, budget: int) -> int:
+    """imq.stomp.input.total.max_bytes in bytes: -1 takes INPUT_SHARE percent of the budget (no
+    limit without a budget); 0: no limit."""
+    if configured >= 0:
+        return configured
+    return budget * INPUT_SHARE // 100
 
 
 def swap_point(config: BrokerConfig, policy: LevelPolicy) -> int:
@@ -72,12 +93,13 @@ def swap_point(config: BrokerConfig, policy: LevelPolicy) -> int:
 class MemoryLedger:
     """Bytes of messages held in memory, and the memory level they put the broker at."""
 
-    __slots__ = ("external", "level", "peak", "policy", "threshold", "used")
+    __slots__ = ("external", "input", "level", "peak", "policy", "threshold", "used")
 
     def __init__(self, threshold: int = 0, policy: LevelPolicy | None = None) -> None:
         self.policy = policy if policy is not None else LevelPolicy()
         self.used = 0  # counted by the core
         self.external = 0  # reported by the I/O layer (write buffers)
+        self.input = 0  # charged by the I/O layer: frames being received, all connections
         self.peak = 0
         self.level = MemoryLevel.GREEN
         self.threshold = threshold  # swap point in bytes; 0: never swap
@@ -98,7 +120,7 @@ class MemoryLedger:
 
     @property
     def total(self) -> int:
-        return self.used + self.external
+        return self.used + self.external + self.input
 
     @property
     def credit(self) -> int:

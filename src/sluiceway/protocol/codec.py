@@ -43,6 +43,9 @@ Leniencies and choices:
 Limits (STOMP 1.2, "Size Limits", lets a server bound what it accepts). The decoder enforces the
 frame size, the number of header lines and the length of each line, each as soon as the bytes
 received prove it exceeded, so a peer can never make the decoder hold more than the limits allow.
+The frame size limit may change between frames (a server admits only small frames until a
+CONNECT is accepted); each limit's error names the property that sets it. A buffer that held a
+large frame is given back once the frame is read, not kept for the next one.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ DEFAULT_MAX_HEADER_LENGTH: Final = 8 * 1024
 # A heart-beat is a single EOL; LF alone is valid in every version.
 HEARTBEAT_BYTES: Final = b"\n"
 
-_FRAME_SIZE: Final = "imq.stomp.max_frame_size"
+FRAME_SIZE_PROPERTY: Final = "imq.stomp.max_frame_size"
 _HEADER_COUNT: Final = "imq.stomp.max_header_count"
 _HEADER_LENGTH: Final = "imq.stomp.max_header_length"
 
@@ -140,6 +143,7 @@ class FrameDecoder:
         "_buf",
         "_command",
         "_error",
+        "_frame_limit",
         "_frame_start",
         "_header_count",
         "_headers",
@@ -161,8 +165,10 @@ class FrameDecoder:
         max_header_count: int = DEFAULT_MAX_HEADER_COUNT,
         max_header_length: int = DEFAULT_MAX_HEADER_LENGTH,
         version: StompVersion | None = None,
+        frame_limit: str = FRAME_SIZE_PROPERTY,
     ) -> None:
         self._max_frame_size = max_frame_size
+        self._frame_limit = frame_limit  # the property setting max_frame_size, for errors
         self._max_header_count = max_header_count
         self._max_header_length = max_header_length
         self.version = version
@@ -177,18 +183,43 @@ class FrameDecoder:
         self._unescapes: dict[str, str] | None = None
         self._body_length: int | None = None
         self._error: RemoteProtocolError | None = None
-        # A plain STOMP 1.2 ACK whole: its id within the header line and frame size limits.
-        longest = min(max_header_length - len("id:"), max_frame_size - len(b"ACK\nid:\n\n\0"))
-        self._acks = (
-            re.compile(_PLAIN_ACK % longest) if longest > 0 and max_header_count > 0 else None
-        )
+        self._acks: re.Pattern[bytes] | None = None
+        self._compile_acks()
         self.ack_runs = False  # hand back a run of plain ACK frames as one AckRun
+
+    def _compile_acks(self) -> None:
+        """A plain STOMP 1.2 ACK whole: its id within the header line and frame size limits."""
+        longest = min(
+            self._max_header_length - len("id:"), self._max_frame_size - len(b"ACK\nid:\n\n\0")
+        )
+        pattern = None
+        if longest > 0 and self._max_header_count > 0:
+            pattern = re.compile(_PLAIN_ACK % longest)
+        self._acks = pattern
+
+    def limit_frames(self, max_frame_size: int, limit: str = FRAME_SIZE_PROPERTY) -> None:
+        """Accept frames of at most `max_frame_size` bytes from the next frame on; `limit` is
+        the property that sets it, named by the error a larger frame gets."""
+        self._max_frame_size = max_frame_size
+        self._frame_limit = limit
+        self._compile_acks()
 
     @property
     def buffered(self) -> int:
         """Bytes received and not yet turned into events (a partial frame counts whole)."""
         start = self._pos if self._state == _IDLE else self._frame_start
         return len(self._buf) - start
+
+    def release(self) -> None:
+        """Drop every byte held, for good: the stream is not parsed again (its connection is
+        closing). The buffer is replaced, not cleared, so the memory a large frame took is
+        freed now."""
+        self._buf = bytearray()
+        self._pos = self._scan = self._frame_start = 0
+        self._state = _IDLE
+        self._headers = {}
+        if self._error is None:
+            self._error = RemoteProtocolError("the stream was released: nothing more is parsed")
 
     def receive_data(self, data: bytes) -> None:
         """Buffer `data` for later parsing. Never parses and never raises."""
@@ -291,8 +322,10 @@ class FrameDecoder:
             end = -1
         if end < 0:
             return None
+        frame = Frame(command, headers, bytes(buf[start:end]))
         self._pos = end + 1
-        return Frame(command, headers, bytes(buf[start:end]))
+        self._give_back()
+        return frame
 
     def _plain_head(self, head: bytearray) -> tuple[str, dict[str, str]] | None:
         """Command and headers of a head needing no unescaping and within the limits."""
@@ -408,8 +441,9 @@ class FrameDecoder:
     def _raise_frame_size(self, size: int, *, exact: bool) -> None:
         amount = f"{size} bytes" if exact else f"at least {size} bytes"
         raise FrameLimitExceeded(
-            f"frame of {amount} exceeds the limit of {self._max_frame_size} bytes ({_FRAME_SIZE})",
-            limit=_FRAME_SIZE,
+            f"frame of {amount} exceeds the limit of {self._max_frame_size} bytes "
+            f"({self._frame_limit})",
+            limit=self._frame_limit,
             value=self._max_frame_size,
         )
 
@@ -484,8 +518,8 @@ class FrameDecoder:
             # Too long to be within the limit; also keeps int() away from huge digit strings.
             raise FrameLimitExceeded(
                 f"frame with a content-length of {len(digits)} digits exceeds the limit of "
-                f"{self._max_frame_size} bytes ({_FRAME_SIZE})",
-                limit=_FRAME_SIZE,
+                f"{self._max_frame_size} bytes ({self._frame_limit})",
+                limit=self._frame_limit,
                 value=self._max_frame_size,
             )
         return int(digits)
@@ -518,7 +552,16 @@ class FrameDecoder:
             body = view[start:end].tobytes()
         self._pos = end + 1
         self._state = _IDLE
+        self._give_back()
         return Frame(self._command or "", self._headers, body)
+
+    def _give_back(self) -> None:
+        """After a frame: when the buffer grew large and nothing follows the frame, replace it,
+        so its memory is freed now, not when the next bytes arrive (an idle connection would
+        keep it). Small buffers are reused."""
+        if self._pos > _COMPACT_AT and self._pos == len(self._buf):
+            self._buf = bytearray()
+            self._pos = self._scan = self._frame_start = 0
 
 
 # Value encoding (STOMP 1.2 and 1.1, "Value Encoding"): every character that needs an escape.

@@ -9,6 +9,18 @@ takes a client that keeps sending receipt requests without reading the replies.
 Flow metering: each turn of the pump writes pending control frames, then at most
 `connection-flow-count` MESSAGE frames, then yields to the event loop, so incoming frames are read
 and their RECEIPTs written before the next batch of messages.
+
+Input is bounded (server.input_budget): after every read, what the session holds of frames being
+received is charged to the memory ledger and checked against the connection's and the broker's
+limits. A new connection is first counted against imq.stomp.max_connections and
+imq.stomp.max_connections_per_address (core.connection_counts); one past them never reaches the
+session.
+
+An ERROR that ends a connection must reach the client even while the client is still sending:
+closing a socket with unread input makes the kernel answer with a reset, which discards what the
+client has not read yet. So after such an ERROR the write side is shut (half-close: the client
+reads the ERROR, then end of stream), and whatever the client still sends is read and dropped
+until it closes its side, or stays quiet for DRAIN_QUIET_S, or CLOSE_LINGER_S have passed.
 """
 
 from __future__ import annotations
@@ -21,6 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from sluiceway.errors import BadRequest, BrokerError, InternalError
+from sluiceway.server.input_budget import InputBudget
+from sluiceway.server.render import error_frame
 from sluiceway.server.session import SessionState, StompSession
 
 if TYPE_CHECKING:
@@ -36,6 +50,10 @@ WRITE_CHUNK = 32  # frames taken at a time, so the high-water mark is noticed wi
 # session's last frames are the one exception (at most that many frames, then the socket closes).
 WRITE_CAP_FACTOR = 4
 CLOSE_LINGER_S = 5.0  # after an ERROR, how long a client that does not read may keep the socket
+# After an ERROR and the half-close: a client this long silent has sent all it meant to, so the
+# socket can close without a reset (a client that reads its ERROR and then holds the socket
+# open need not keep it for the whole linger).
+DRAIN_QUIET_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +119,11 @@ class StompProtocol(asyncio.Protocol):
         self._last_read = self._last_write = self._loop.time()
         self._timers: dict[str, asyncio.TimerHandle] = {}  # one per purpose, re-armed in place
         self.traffic = Traffic()
+        # What this connection holds of frames being received, charged to the memory ledger.
+        self._input = InputBudget(server.broker.ledger, server.config)
+        self.address: str | None = None  # the client's IP address, once counted
+        # The last frame (an ERROR) is written and the write side shut: input is dropped.
+        self._ending = False
 
     # -- asyncio callbacks -----------------------------------------------------------------------
 
@@ -111,6 +134,13 @@ class StompProtocol(asyncio.Protocol):
         config = self._server.config
         peername = transport.get_extra_info("peername")
         peer = f"{peername[0]}:{peername[1]}" if isinstance(peername, tuple) else str(peername)
+        address = str(peername[0]) if isinstance(peername, tuple) else peer
+        refusal = self._server.admit(self, address)
+        if refusal is not None:
+            # Never a session: the ERROR, then the close, and nothing it sends is parsed.
+            self._write(error_frame(refusal, None))
+            self._end()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(config.tcp_nodelay))
@@ -126,6 +156,9 @@ class StompProtocol(asyncio.Protocol):
         self._later("connect", config.connect_timeout_ms / 1000, self._check_connected)
 
     def data_received(self, data: bytes) -> None:
+        if self._ending:
+            self._drop(data)
+            return
         try:
             self._received(data)
         except Exception:
@@ -146,6 +179,7 @@ class StompProtocol(asyncio.Protocol):
         session.receive_data(data)
         if not was_connected and session.state is SessionState.CONNECTED:
             self._start_heartbeats()
+        self._check_input_budget()
         # What these frames freed may let held SENDs (of any connection) go.
         self._server.broker.settle()
         self._check_input()
@@ -162,11 +196,50 @@ class StompProtocol(asyncio.Protocol):
         elif session.has_payload:
             self._schedule_pump()
 
+    def input_held_below(self, held: int) -> None:
+        """The transport holds `held` bytes of a message it has not handed over yet (a WebSocket
+        message being assembled): they count toward this connection's input."""
+        self._input.below = held
+        if self._closed:
+            return
+        if self._ending:
+            if self._input.past_allowance:
+                self.abort()  # refused, and still sending what the transport would hold
+            return
+        self._check_input_budget()
+
+    def _check_input_budget(self) -> None:
+        """Charge what this connection holds of frames being received; end it past a limit."""
+        session = self.session
+        if session is None or self._ending or self._closed:
+            return
+        if session.closing:
+            self._input.release()  # its decoder let go of everything
+            return
+        connected = session.state is not SessionState.AWAITING_CONNECT
+        error = self._input.check(session.input_buffered, connected=connected)
+        if error is not None:
+            self._refuse_input(error)
+
+    def _refuse_input(self, error: BrokerError) -> None:
+        """Past an input limit: the ERROR, then the close; what was held is given back."""
+        session = self.session
+        assert session is not None
+        session.fail(error)
+        self._input.release()
+        self._flush_control()
+        self._close_after_flush()
+
+    def _drop(self, data: bytes) -> None:
+        """Input after the last ERROR: counted, never kept."""
+        self.traffic.bytes_in += len(data)
+        self._last_read = self._loop.time()
+
     def _check_input(self) -> None:
         """Stop reading while the session's input is blocked; go on when it is not (the frames
         already received are handled first)."""
         session, transport = self.session, self._transport
-        if session is None or transport is None or self._closed:
+        if session is None or transport is None or self._closed or self._ending:
             return
         if session.input_blocked:
             if not self._input_paused:
@@ -236,13 +309,14 @@ class StompProtocol(asyncio.Protocol):
         self._timers.clear()
         if self.session is not None:
             self.session.connection_lost()
+        self._input.release()
         self._server.connection_closed(self)
 
     # -- writing -----------------------------------------------------------------------------
 
     def _write(self, data: bytes) -> None:
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._ending:
             return
         # No frame leaves before the journal records it depends on are written.
         self._server.flush_store()
@@ -284,7 +358,7 @@ class StompProtocol(asyncio.Protocol):
     def _pause_reading(self) -> None:
         """Stop reading until writing resumes."""
         transport = self._transport
-        if transport is not None and not self._reading_paused:
+        if transport is not None and not self._reading_paused and not self._ending:
             self._reading_paused = True
             transport.pause_reading()
 
@@ -338,16 +412,52 @@ class StompProtocol(asyncio.Protocol):
             return
         self.session.fail(error)
         self._flush_control()
-        self._close_after_flush()
+        self._close_after_flush(drain=False)  # not about its input: no need to read it out
 
-    def _close_after_flush(self) -> None:
+    def _close_after_flush(self, *, drain: bool = True) -> None:
+        """Close once the last frames are written; after an ERROR the session gave (`drain`),
+        so that the client can read it (`_end`)."""
         transport = self._transport
-        if transport is None or transport.is_closing():
+        if transport is None or transport.is_closing() or self._ending:
             return
-        if self.session is not None and self.session.waiting_for_sync:
+        session = self.session
+        if session is not None and session.waiting_for_sync:
             return  # closed by flush_control once the last frames are durable and written
+        if drain and session is not None and session.failure is not None:
+            self._server.refused(session.failure.limit)  # (counts the input limits only)
+            self._end()
+            return
         transport.close()  # writes what is buffered, then closes
         self._later("linger", CLOSE_LINGER_S, transport.abort)
+
+    def _end(self) -> None:
+        """The ERROR is written: shut the write side and drop what the client still sends,
+        until it closes its side, is quiet for DRAIN_QUIET_S, or CLOSE_LINGER_S have passed.
+        (TLS and WebSocket cannot half-close: there the close waits the same way, without it.)"""
+        transport = self._transport
+        assert transport is not None
+        self._ending = True
+        session = self.session
+        self._input.end(connected=session is not None and session.version is not None)
+        for purpose in [p for p in self._timers if p not in ("linger", "quiet")]:
+            self._timers.pop(purpose).cancel()  # heart-beats, the CONNECT timeout: over
+        self._later("linger", CLOSE_LINGER_S, transport.abort)
+        if transport.can_write_eof():
+            transport.write_eof()  # after what is buffered, the ERROR included
+        self._reading_paused = self._input_paused = False
+        transport.resume_reading()
+        self._last_read = self._loop.time()
+        self._later("quiet", DRAIN_QUIET_S, self._check_quiet)
+
+    def _check_quiet(self) -> None:
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        quiet = self._loop.time() - self._last_read
+        if quiet >= DRAIN_QUIET_S and not transport.get_write_buffer_size():
+            transport.close()  # nothing unread: the close sends no reset
+            return
+        self._later("quiet", max(DRAIN_QUIET_S - quiet, 0.01), self._check_quiet)
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -443,6 +553,11 @@ class StompProtocol(asyncio.Protocol):
         return self.session is not None and self.session.closing
 
     @property
+    def input_held(self) -> int:
+        """Bytes of frames being received this connection holds (charged to the ledger)."""
+        return self._input.held
+
+    @property
     def write_buffer_size(self) -> int:
         transport = self._transport
         return transport.get_write_buffer_size() if transport is not None else 0
@@ -453,7 +568,11 @@ class StompProtocol(asyncio.Protocol):
             self._transport.abort()
 
     def shutdown(self) -> None:
-        """The broker is stopping: tell the client why, then close."""
+        """The broker is stopping: tell the client why, then close (one already told why it
+        ends is closed at once)."""
+        if self._ending and self._transport is not None:
+            self._transport.close()
+            return
         self.fail(InternalError("broker shutting down", "the broker is shutting down"))
 
 

@@ -38,7 +38,6 @@ from sluiceway.core.subscription import Subscription
 from sluiceway.errors import (
     BadRequest,
     BrokerError,
-    EntityTooLarge,
     FrameLimitExceeded,
     InternalError,
     RemoteProtocolError,
@@ -64,6 +63,7 @@ from sluiceway.security.access import (
 from sluiceway.security.users import Principal
 from sluiceway.server import headers as h
 from sluiceway.server import readers, stage_frames
+from sluiceway.server.input_budget import connect_frame_limit, frame_limit, frame_limit_error
 from sluiceway.server.render import (
     connected_frame,
     echoable,
@@ -119,6 +119,7 @@ class StompSession:
         self.principal: Principal | None = None
         self._access: AccessControl | None = None
         self.state = SessionState.AWAITING_CONNECT
+        self.failure: BrokerError | None = None  # the ERROR the session ended with (`fail`)
         self.version: StompVersion | None = None
         self.heartbeat = h.HeartBeat(0, 0)
         self.flow = ConnectionFlow()
@@ -145,10 +146,13 @@ class StompSession:
         # Called when something settled outside this session's own input (a held SEND was
         # accepted or refused): control frames to write, and maybe input to read again.
         self._on_control = on_control
+        # Until a CONNECT is accepted, only a frame a CONNECT fits in (server.input_budget).
+        first_frame, limit = connect_frame_limit(config)
         self._decoder = FrameDecoder(
-            max_frame_size=config.max_frame_size,
+            max_frame_size=first_frame,
             max_header_count=config.max_header_count,
             max_header_length=config.max_header_length,
+            frame_limit=limit,
         )
         # Control frames waiting to be written, each with the journal position it depends on
         # (0: none). They go out in order: a RECEIPT promises that every earlier frame was
@@ -192,8 +196,7 @@ class StompSession:
             try:
                 event = self._decoder.next_event()
             except FrameLimitExceeded as exc:
-                cls = EntityTooLarge if exc.limit == "imq.stomp.max_frame_size" else BadRequest
-                self.fail(cls("frame limit exceeded", str(exc)))
+                self.fail(frame_limit_error(exc))
                 return
             except RemoteProtocolError as exc:
                 error = BadRequest("malformed frame", str(exc))
@@ -211,6 +214,12 @@ class StompSession:
                 self._handle(event)
             elif isinstance(event, AckRun):
                 self._ack_run(event.ids)
+
+    @property
+    def input_buffered(self) -> int:
+        """Bytes received and not yet handled: the frame being read, and any frames left
+        unread while input is blocked (the input budget counts them)."""
+        return self._decoder.buffered
 
     @property
     def input_blocked(self) -> bool:
@@ -295,6 +304,7 @@ class StompSession:
         caller logged the failure already (security refusals log what they need to)."""
         if self.state is SessionState.CLOSING:
             return
+        self.failure = error
         if not (logged or isinstance(error, AuthenticationFailed | AccessDenied)):
             log.warning("%s: %s: %s (status %d)", self.peer, error.summary, error, error.status)
         extra = {"version": "1.0,1.1,1.2"} if isinstance(error, _UnsupportedVersion) else None
@@ -314,6 +324,7 @@ class StompSession:
 
     def _close(self) -> None:
         self.state = SessionState.CLOSING
+        self._decoder.release()  # nothing more is parsed: its bytes, however many, go now
         if self.core is not None:
             self.core.close()
 
@@ -428,6 +439,7 @@ class StompSession:
         self.core.user = principal.user if principal is not None else None
         self.version, self.heartbeat, self.flow = version, heartbeat, flow
         self._decoder.version = version
+        self._decoder.limit_frames(*frame_limit(config))
         # STOMP 1.2 ACKs name their delivery by one id: a run of them is acknowledged at once.
         self._decoder.ack_runs = version is StompVersion.V1_2
         self.state = SessionState.CONNECTED

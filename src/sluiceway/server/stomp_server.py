@@ -1,5 +1,8 @@
 """A STOMP listener (plain TCP or TLS): accepts connections, holds them, shuts them down cleanly.
 
+Every listener counts the connections it accepts in the broker's one `ConnectionCounts`, so
+imq.stomp.max_connections and imq.stomp.max_connections_per_address hold over all of them; it
+counts the connections it refused, or closed, by each connection and input limit (the metrics).
 The broker's periodic tick and the other services live in server.services.
 """
 
@@ -14,13 +17,28 @@ from typing import Final
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
+from sluiceway.core.connection_counts import MAX_CONNECTIONS, MAX_PER_ADDRESS
+from sluiceway.errors import BrokerError
 from sluiceway.security.access import Gate
 from sluiceway.server.connection import ConnectionInfo, StompProtocol, Traffic
+from sluiceway.server.input_budget import CONNECT_FRAME_SIZE, INPUT_MAX, INPUT_TOTAL_MAX
 from sluiceway.server.session import StompSession
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S: Final = 5.0  # how long stop() waits for connections to finish closing
+# The limits whose refusals are counted: connections refused when they open, or ended for what
+# they sent.
+REFUSAL_LIMITS: Final = (
+    MAX_CONNECTIONS,
+    MAX_PER_ADDRESS,
+    CONNECT_FRAME_SIZE,
+    INPUT_MAX,
+    INPUT_TOTAL_MAX,
+)
+# A refused connection is logged at most once per limit in this many seconds (with how many
+# were refused since), so a flood of connections does not flood the log too.
+REFUSAL_LOG_INTERVAL_S: Final = 10.0
 
 
 class StompServer:
@@ -40,6 +58,10 @@ class StompServer:
         self._waiting_sync: set[StompProtocol] = set()  # connections holding frames for a sync
         self._closed_traffic = Traffic()  # what connections that have closed carried
         self.connections_closed = 0
+        # Connections refused when they opened, until their ERROR is delivered and they close.
+        self._refused: set[StompProtocol] = set()
+        self.refusals: dict[str, int] = dict.fromkeys(REFUSAL_LIMITS, 0)
+        self._refusal_log: dict[str, tuple[float, int]] = {}  # last logged, refused since
 
     @property
     def address(self) -> tuple[str, int]:
@@ -124,6 +146,39 @@ class StompServer:
         for protocol in self._connections:
             protocol.input_may_go_on()
 
+    @property
+    def input_buffered(self) -> int:
+        """Bytes of frames being received that this listener's connections hold."""
+        return sum(protocol.input_held for protocol in self._connections)
+
+    def admit(self, protocol: StompProtocol, address: str) -> BrokerError | None:
+        """Count a new connection from `address`; past a connection limit, the ERROR that
+        refuses it (it then never gets a session)."""
+        error = self.broker.connection_counts.admit(address)
+        if error is None:
+            protocol.address = address
+            return None
+        self._refused.add(protocol)
+        self.refused(error.limit)
+        self._log_refusal(address, error)
+        return error
+
+    def refused(self, limit: str | None) -> None:
+        """A connection was refused, or ended, by `limit` (counted if it is one of ours)."""
+        if limit in self.refusals:
+            self.refusals[limit] += 1
+
+    def _log_refusal(self, address: str, error: BrokerError) -> None:
+        limit = error.limit or ""
+        now = asyncio.get_running_loop().time()
+        last, since = self._refusal_log.get(limit, (-REFUSAL_LOG_INTERVAL_S, 0))
+        if now - last < REFUSAL_LOG_INTERVAL_S:
+            self._refusal_log[limit] = (last, since + 1)
+            return
+        self._refusal_log[limit] = (now, 0)
+        more = f"; {since} more refused by it since the last such line" if since else ""
+        log.warning("%s: connection refused: %s (status %d)%s", address, error, error.status, more)
+
     def connection_opened(self, protocol: StompProtocol) -> None:
         self._connections.add(protocol)
         self._all_closed.clear()
@@ -134,6 +189,10 @@ class StompServer:
             self.connections_closed += 1
         self._connections.discard(protocol)
         self._waiting_sync.discard(protocol)
+        self._refused.discard(protocol)
+        if protocol.address is not None:
+            self.broker.connection_counts.release(protocol.address)
+            protocol.address = None
         if not self._connections:
             self._all_closed.set()
 
@@ -141,6 +200,8 @@ class StompServer:
         """Stop accepting, tell every client the broker is going, and close them."""
         if self._server is not None:
             self._server.close()
+        for protocol in list(self._refused):
+            protocol.abort()  # its ERROR is written; the broker does not wait for it to be read
         for protocol in list(self._connections):
             protocol.shutdown()
         try:

@@ -30,6 +30,14 @@ protocol expects:
 
 Messages larger than `imq.stomp.max_frame_size` (plus `MESSAGE_SLACK`) are refused by aiohttp
 with close code 1009; a frame slightly over the limit still gets the STOMP ERROR naming it.
+
+The input budget (server.input_budget) covers what aiohttp holds too: aiohttp assembles a whole
+message before handing it over, so a client stalled inside one would hold up to the message
+limit unseen. `InputCounter` stands between the socket's transport and aiohttp's protocol and
+counts the bytes aiohttp is given; those that arrived since the last message was taken, plus what
+is left of the message being handed to the protocol, count as this connection's input
+(`StompProtocol.input_held_below`), so that the pre-CONNECT frame limit, the per-connection and
+the broker-wide budget see a message while it arrives, as over TCP.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import collections
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import WSMsgType, hdrs, web
@@ -139,6 +148,34 @@ def message_type(frame: bytes) -> WSMsgType:
     return WSMsgType.TEXT
 
 
+class InputCounter(asyncio.Protocol):
+    """Passes everything between a socket's transport and aiohttp's protocol on, and tells
+    `on_data` how many bytes each read gave aiohttp."""
+
+    def __init__(self, inner: asyncio.Protocol, on_data: Callable[[int], None]) -> None:
+        self._inner = inner
+        self._on_data = on_data
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+        self._on_data(len(data))
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+
 class WebSocketTransport(asyncio.Transport):
     """One WebSocket connection as the `asyncio.Transport` a `StompProtocol` writes to."""
 
@@ -168,6 +205,14 @@ class WebSocketTransport(asyncio.Transport):
         self._closing = False  # close() was called: send what is buffered, then close
         self._aborted = False
         self._lost = False  # the connection is over; the protocol was (or is being) told
+        # Input aiohttp holds: bytes given to it since the last message was taken, and what is
+        # left to hand over of the message taken last.
+        self._untaken = 0
+        self._undelivered = 0
+        if below is not None:
+            inner = below.get_protocol()
+            if isinstance(inner, asyncio.Protocol):
+                below.set_protocol(InputCounter(inner, self._raw_received))
 
     # -- the asyncio.Transport side, as StompProtocol uses it ---------------------------------
 
@@ -241,6 +286,11 @@ class WebSocketTransport(asyncio.Transport):
     def is_closing(self) -> bool:
         return self._closing or self._aborted or self._lost or self._ws.closed
 
+    def can_write_eof(self) -> bool:
+        # No half-close: a close frame makes aiohttp close the socket at once when a receive
+        # is pending (the read loop's always is), so the protocol reads on and closes later.
+        return False
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return self._ws.get_extra_info(name, default)
 
@@ -273,7 +323,11 @@ class WebSocketTransport(asyncio.Transport):
             message = await ws.receive()
             if message.type in (WSMsgType.TEXT, WSMsgType.BINARY):
                 data = message.data
-                await self._deliver(data if isinstance(data, bytes) else str(data).encode())
+                data = data if isinstance(data, bytes) else str(data).encode()
+                self._untaken = 0  # (what aiohttp read meanwhile of the next message: one read)
+                self._undelivered = len(data)
+                await self._deliver(data)
+                self._undelivered = 0  # (all of it, or dropped: the connection is closing)
             elif message.type is WSMsgType.ERROR:
                 error = message.data
                 return error if isinstance(error, Exception) else ConnectionError(str(error))
@@ -291,7 +345,19 @@ class WebSocketTransport(asyncio.Transport):
             if self._closing or self._aborted:
                 return  # asyncio transports stop reading on close(); so does this one
             chunk = data if len(data) <= READ_CHUNK else bytes(view[offset : offset + READ_CHUNK])
+            self._undelivered -= len(chunk)  # from now on the session holds it
+            self._report_held()
             self._protocol.data_received(chunk)
+
+    def _raw_received(self, size: int) -> None:
+        """aiohttp was given `size` more bytes: until it hands them over, they are held."""
+        if self._aborted:
+            return
+        self._untaken += size
+        self._report_held()
+
+    def _report_held(self) -> None:
+        self._protocol.input_held_below(self._untaken + self._undelivered)
 
     async def _write_loop(self) -> None:
         """Send the buffered messages in order; close the WebSocket when told to."""
