@@ -242,8 +242,13 @@ class Ledger:
                 old = self.slots.get((where, seen_one.body))
                 if old is None:
                     if self._revived(stop, where, seen_one.body):
+                        # Its removal was lost, and its delivery may have been lost with it:
+                        # the broker knows of it only if it says so.
                         message = self.messages[seen_one.body]
-                        kept[(where, seen_one.body)] = Slot(message, where, [KEPT], delivered=True)
+                        delivered = seen_one.redelivered
+                        kept[(where, seen_one.body)] = Slot(
+                            message, where, [KEPT], delivered=delivered
+                        )
                     continue
                 delivered = seen_one.redelivered or (old.delivered and stop is not Stop.POWER)
                 kept[(where, seen_one.body)] = Slot(old.message, where, [KEPT], delivered=delivered)

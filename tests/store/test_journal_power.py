@@ -99,3 +99,26 @@ def test_recovery_after_a_crash_keeps_what_the_policy_promises(
     disk.crash(rng, power=policy is not SyncPolicy.OS)
     _, again = open_journal(disk, policy)
     assert again == [*recovered, b"after"]
+
+
+def test_a_full_segment_left_to_the_page_cache_is_fsynced_before_the_next_one_starts() -> None:
+    """Under `os` a clean stop leaves the last segment to the page cache. When the next start
+    begins a segment after it (it is full), it fsyncs it first: otherwise a power cut could cut
+    it short with a later segment after it, which recovery must take for damage."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        disk = SimulatedDisk()
+        journal, _ = open_journal(disk, SyncPolicy.OS)
+        appended: list[bytes] = []
+        while not journal.should_rotate:
+            appended.append(payload(journal.next_lsn, 60))
+            journal.append(1, appended[-1])
+        journal.flush()
+        journal.close()
+        journal, recovered = open_journal(disk, SyncPolicy.OS)
+        assert recovered == appended
+        journal.append(1, payload(journal.next_lsn, 60))
+        journal.flush()
+        disk.crash(rng, power=True)
+        _, recovered = open_journal(disk, SyncPolicy.OS)
+        assert recovered[: len(appended)] == appended, f"seed {seed}"

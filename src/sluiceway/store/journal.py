@@ -14,10 +14,11 @@ segment is started meanwhile: the buffered records belong to the active one. A f
 not survived (see `_fsync_failed`), nor a write whose partial bytes cannot be cut off.
 
 Durability: under every policy a segment is fsynced before the next segment's file is created
-(the new file and the directory are fsynced too), so a later segment on disk proves every earlier
-one complete: a gap in the LSNs between segments is corruption, never the trace of a crash. Under
-OS that is the only fsync of records: a process crash loses nothing flushed, and a power cut only
-what the operating system had not written of the newest segment.
+(the new file and the directory are fsynced too), also when that happens at the next start, so a
+later segment on disk proves every earlier one complete: a gap in the LSNs between segments is
+corruption, never the trace of a crash. Under OS that is the only fsync of records: a process
+crash loses nothing flushed, and a power cut only what the operating system had not written of
+the newest segment.
 """
 
 from __future__ import annotations
@@ -182,6 +183,15 @@ class Journal:
             # A crash while it was created: its bytes are a prefix of the header written below.
             remove_file(self._files, last.path)
             del self._set.entries[last.base]
+            last = next(reversed(self._set.entries.values()), None)
+        if last is not None and self._sync is SyncPolicy.OS:
+            # A later segment proves this one complete on disk, yet under OS nothing fsynced it:
+            # a clean stop leaves it to the page cache, and so does a crash of the process.
+            fd = open_file(self._files, last.path, os.O_RDONLY)
+            try:
+                self._sync_fd(fd, last.path)
+            finally:
+                self._files.close(fd)
         self._active_fd = self._set.create(self._next_lsn)
         self._active_base, self._end, self._written_end = self._next_lsn, HEADER.size, HEADER.size
 
