@@ -230,7 +230,9 @@ class BrokerConfig(ServiceConfig):
         size_parser(allow_unlimited=True),
         70 * 1024 * 1024,
         "Largest message body accepted for any destination, in bytes (-1: no limit). A larger "
-        "message is refused with status 423, naming this limit.",
+        "message is refused with status 423, naming this limit. A frame is also bounded by "
+        "what a connection may hold while it arrives (imq.stomp.input.max_bytes, 16m, and "
+        "imq.stomp.input.total.max_bytes): raise those too for messages beyond them.",
     )
     persist_store: str = prop(
         "imq.persist.store",
