@@ -384,11 +384,13 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
         pad: int,
         receipt: bool,
     ) -> None:
+        # A SEND waits behind one the connection holds for the disk, persistent or not.
+        behind = any(earlier.holdable for earlier in self.clients[client].unconfirmed)
         for _ in range(count):
             message, headers, body = self.new_message(
                 destination, persistent, priority, expiring, pad
             )
-            op = Op(f"SEND {body[:7]!r}", holdable=self.squeezed and persistent)
+            op = Op(f"SEND {body[:7]!r}", holdable=self.squeezed and (persistent or behind))
             self.keep(message, op)
             if op.holdable and destination == TOPIC:
                 self.held_topic.append((message, op))
@@ -773,4 +775,27 @@ def test_a_delivery_a_power_cut_made_the_broker_forget_is_not_required_later() -
     state.fail_fsync(after=1)
     state.restart(stop=Stop.POWER)
     state.restart(stop=Stop.CLEAN)
+    state.teardown()
+
+
+def test_a_send_behind_one_held_for_the_disk_waits_with_it() -> None:
+    """A history the long run found: on a full disk, a non-persistent SEND behind a staged one
+    the disk holds waits with it, so a durable subscription made meanwhile gets it."""
+    state = StoreMachine()
+    state.start(policy="group", segment="1k", swap="0", seed=0)
+    state.squeeze(room=0)
+    state.compact()
+    state.stage(client=2, count=1, pad=0, persistent=False, task="0.0")
+    state.send(
+        client=2,
+        count=1,
+        destination="/topic/t0",
+        expiring=False,
+        pad=0,
+        persistent=False,
+        priority=0,
+        receipt=True,
+    )
+    state.subscribe_durable(client=0, limit=1, name="d0")
+    state.unsqueeze()
     state.teardown()
