@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+import aiohttp
 import pytest
 
 from sluiceway.security.logins import LoginCounts
@@ -13,6 +14,7 @@ from tests.e2e.rawclient import RawClient
 from tests.e2e.support import connection_infos, wait_connection_count, wait_until
 from tests.security.conftest import PASSWORDS, USERS, SecuredFactory
 from tests.security.logins_support import PATIENT_S, counts, pending, timed_refusal
+from tests.server.wsclient import WsStomp
 
 NOTHING_PENDING = (0, 0, 0)
 # Failures from 127.0.0.1 held back a minute: long enough to look at a connection meanwhile.
@@ -145,3 +147,30 @@ def test_refusals_say_how_long_they_were_held(
     assert "wrong user name or password for user 'nobody' (failure 1 in a row from" in text
     assert "(failure 2 in a row from this address, answered after 0.4 s)" in text
     assert "typo-Rt55" not in caplog.text
+
+
+async def test_a_websocket_connect_is_checked_the_same_way(
+    secured_factory: SecuredFactory,
+) -> None:
+    secured = secured_factory(**{"imq.stomp.ws.port": "0", "imq.authentication.delay.base": "200"})
+    services = secured.broker.services
+    assert services is not None
+    host, port = services.addresses()["ws"]
+    url = f"http://{host}:{port}/stomp"
+    async with aiohttp.ClientSession() as session:
+        refused = await WsStomp.open(session, url, connect=False)
+        await refused.send("CONNECT", {"accept-version": "1.2", "login": "bob", "passcode": "no"})
+        error = await refused.expect("ERROR", timeout=PATIENT_S)
+        assert (error.headers["status"], error.headers["message"]) == (
+            "401",
+            "wrong user name or password",
+        )
+        await refused.close()
+        client = await WsStomp.open(session, url, connect=False)
+        login = {"login": "alice", "passcode": USERS["alice"][0]}
+        await client.send("CONNECT", {"accept-version": "1.2", "heart-beat": "0,0", **login})
+        await client.send("SUBSCRIBE", {"destination": "/topic/news", "id": "s1", "receipt": "r1"})
+        # Answered after the delay its address earned (200 ms): the SUBSCRIBE waits behind it.
+        assert (await client.expect("CONNECTED", timeout=PATIENT_S)).command == "CONNECTED"
+        assert (await client.expect("RECEIPT")).headers["receipt-id"] == "r1"
+        await client.close()
