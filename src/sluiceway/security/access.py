@@ -450,7 +450,7 @@ def _stamp(path: Path) -> tuple[int, ...] | None:
 # -- what a STOMP session consults ------------------------------------------------------------
 
 # The same words for an unknown user and a wrong password, so a probe cannot tell which users
-# exist (the Authenticator also spends the same time on both).
+# exist (security.logins also spends the same time on both: the dummy hash).
 WRONG_CREDENTIALS: Final = Refusal.WRONG.value
 NO_CREDENTIALS: Final = "no credentials"
 TOO_MANY_LOGINS: Final = Refusal.BUSY.value
