@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import platform
+import shlex
 import signal
 import socket
 import statistics
@@ -390,9 +391,9 @@ def main() -> None:
         return
     measured = run(args)
     summary = {name: _merged(measured["phases"], name) for name in ("quiet", "attack")}
-    command = "benchmarks/password_checks.py " + " ".join(sys.argv[1:])
+    command = shlex.join(["benchmarks/password_checks.py", *sys.argv[1:]])
     results = {
-        "command": command.strip(),
+        "command": command,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
         "build": BUILD.reason if args.pythonpath is None else f"source tree {args.pythonpath}",
