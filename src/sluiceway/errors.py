@@ -3,7 +3,7 @@
 Every error a user can see says what was wrong, which limit or input caused it, and what to do.
 Broker errors carry the Open MQ status code that goes into the `status` header of a STOMP ERROR
 frame (400 bad request, 401 unauthorized, 403 forbidden, 404 not found, 409 conflict, 410 gone,
-414 resource full, 423 entity too large, 500 internal).
+414 resource full, 423 entity too large, 500 internal, 503 unavailable).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ class Status(IntEnum):
     RESOURCE_FULL = 414
     ENTITY_TOO_LARGE = 423
     INTERNAL = 500
+    UNAVAILABLE = 503  # busy for now, nothing wrong with the request: try again later
 
 
 class SluicewayError(Exception):
@@ -135,6 +136,13 @@ class InternalError(BrokerError):
     status = Status.INTERNAL
 
 
+class Unavailable(BrokerError):
+    """The broker cannot take this request now (too many logins in progress); a later attempt
+    may succeed."""
+
+    status = Status.UNAVAILABLE
+
+
 BROKER_ERRORS: dict[int, type[BrokerError]] = {
     cls.status.value: cls
     for cls in (
@@ -146,6 +154,7 @@ BROKER_ERRORS: dict[int, type[BrokerError]] = {
         Gone,
         ResourceFull,
         EntityTooLarge,
+        Unavailable,
     )
 }
 

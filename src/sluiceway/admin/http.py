@@ -5,8 +5,10 @@ It runs on the broker's event loop, so a handler calls the core directly. With a
 (imq.authentication.enabled) every request needs HTTP Basic credentials (401 without valid
 ones) of an administrator (403 for other users): as in Open MQ, with access control on
 (imq.accesscontrol.enabled) the access rules' `connection.ADMIN` decide who that is (the default
-rules: the group `admin`); with it off, the group `admin`. Without authentication, the broker
-refuses to bind to anything but loopback (server.services.check_exposure).
+rules: the group `admin`); with it off, the group `admin`. The credentials go through the same
+password checks as a STOMP CONNECT (security.logins: worker threads, cache, delays after
+failures; 503 when too many checks wait). Without authentication, the broker refuses to bind to
+anything but loopback (server.services.check_exposure).
 
 Requests that change something (POST, PATCH, DELETE) must say `Content-Type: application/json`:
 a page on another site cannot send that without the browser asking first, so a logged-in
@@ -31,17 +33,18 @@ from sluiceway.core.broker import PauseTarget
 from sluiceway.errors import (
     BadRequest,
     BrokerError,
-    ConfigError,
     Forbidden,
     Gone,
     InternalError,
     NotFound,
     Status,
     Unauthorized,
+    Unavailable,
 )
 from sluiceway.naming import DestinationKind, DestinationName, validate_name
 from sluiceway.security.access import AccessControl, Operation, Service, access_path
-from sluiceway.security.users import ANONYMOUS, Authenticator, Principal, users_path
+from sluiceway.security.logins import LoginResult, Logins, Refusal
+from sluiceway.security.users import ANONYMOUS, Principal
 from sluiceway.server.httpguard import ConnectionGuard, guard_middleware, http_kwargs
 from sluiceway.server.stomp_server import find_session
 
@@ -61,6 +64,7 @@ _HTTP_STATUS: Final = {
     Status.RESOURCE_FULL: 503,
     Status.ENTITY_TOO_LARGE: 413,
     Status.INTERNAL: 500,
+    Status.UNAVAILABLE: 503,
 }
 _KINDS: Final = {
     "queue": DestinationKind.QUEUE,
@@ -99,10 +103,12 @@ class AdminServer:
         self.services = services
         self.broker = services.broker
         self.config = services.config
-        self.authenticator: Authenticator | None = None
+        # The password checks the STOMP listeners use (one pool, cache and table of delays).
+        self.logins: Logins | None = None
         self.access: AccessControl | None = None
         if self.config.authentication:
-            self.authenticator = Authenticator(users_path(self.config))
+            gate = services.gate
+            self.logins = gate.logins if gate is not None else Logins(self.config)
             if self.config.access_control:
                 # Open MQ's connection.ADMIN rules decide who administers.
                 self.access = AccessControl(access_path(self.config))
@@ -214,43 +220,28 @@ class AdminServer:
         raise Forbidden("not an administrator", detail)
 
     async def authenticate(self, request: web.Request) -> Principal:
-        """The request's principal; raises Unauthorized for missing or wrong credentials. The
-        password hash (scrypt, tens of ms by design) is checked in a worker thread, so the
-        event loop goes on moving messages meanwhile."""
-        if self.authenticator is None:
+        """The request's principal; raises Unauthorized for missing or wrong credentials (the
+        answer to wrong ones held back as for a CONNECT), Unavailable when too many password
+        checks wait. The password hash (scrypt, tens of ms by design) is checked in a worker
+        thread (security.logins), so the event loop goes on moving messages meanwhile."""
+        if self.logins is None:
             return ANONYMOUS
         header = request.headers.get("Authorization", "")
         try:
             auth = BasicAuth.decode(header) if header else None
         except ValueError:
             auth = None
-        try:
-            principal = (
-                await asyncio.get_running_loop().run_in_executor(
-                    None, self.authenticator.authenticate, auth.login, auth.password
-                )
-                if auth is not None
-                else None
-            )
-        except ConfigError as exc:
-            # The message names the file and the line: there is no bug to trace.
-            log.error("admin request from %s: cannot check credentials: %s", request.remote, exc)  # noqa: TRY400
-            raise InternalError(
-                "cannot check credentials",
-                "the broker cannot read its users file; fix it (the broker's log says what is "
-                "wrong): the admin API accepts no request until then",
-            ) from None
-        if principal is None:
-            who = auth.login if auth is not None else "nobody"
+        if auth is None:
+            # Nothing to check: a browser's first request, which the 401 asks for credentials.
             log.warning(
-                "admin request from %s refused: bad credentials for %r", request.remote, who
+                "admin request from %s refused: bad credentials for 'nobody'", request.remote
             )
-            raise Unauthorized(
-                "authentication required",
-                "the admin API needs the user name and password of an administrator "
-                "(HTTP Basic)" + (f": user {auth.login!r} was not accepted" if auth else ""),
-            )
-        return principal
+            raise _unauthorized(None)
+        # Failures are counted per address, as for STOMP (aiohttp gives the host alone).
+        result = await self.logins.check(auth.login, auth.password, request.remote or "?")
+        if result.principal is not None:
+            return result.principal
+        raise _refusal(result, request, auth.login)
 
     # -- routes --------------------------------------------------------------------------------
 
@@ -459,6 +450,49 @@ class AdminServer:
         principal = request[PRINCIPAL]
         extra = f" {properties}" if properties else ""
         log.info("admin %s: %s%s", principal.user or "(local)", action, extra)
+
+
+def _refusal(result: LoginResult, request: web.Request, login: str) -> BrokerError:
+    """The error (and the log line) for credentials the password checks refused."""
+    if result.refusal is Refusal.UNREADABLE:
+        # The message names the file and the line: there is no bug to trace.
+        log.error(
+            "admin request from %s: cannot check credentials: %s", request.remote, result.problem
+        )
+        return InternalError(
+            "cannot check credentials",
+            "the broker cannot read its users file; fix it (the broker's log says what is "
+            "wrong): the admin API accepts no request until then",
+        )
+    if result.refusal is Refusal.BUSY:
+        log.warning(
+            "admin request from %s refused: too many logins in progress for %r",
+            request.remote,
+            login,
+        )
+        return Unavailable(
+            "too many logins in progress",
+            "the broker is checking as many passwords as it may "
+            "(imq.authentication.queue.max): try again in a moment",
+        )
+    held = f", answered after {result.delay:.1f} s" if result.delay else ""
+    log.warning(
+        "admin request from %s refused: bad credentials for %r (failure %d in a row from this "
+        "address%s)",
+        request.remote,
+        login,
+        result.failures,
+        held,
+    )
+    return _unauthorized(login)
+
+
+def _unauthorized(login: str | None) -> Unauthorized:
+    return Unauthorized(
+        "authentication required",
+        "the admin API needs the user name and password of an administrator (HTTP Basic)"
+        + (f": user {login!r} was not accepted" if login is not None else ""),
+    )
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

@@ -145,6 +145,47 @@ class ServiceConfig:
         "accesscontrol.properties in the data directory; without that file, every "
         "authenticated user may use every destination, and the admin group administers).",
     )
+    auth_workers: int = prop(
+        "imq.authentication.workers",
+        int_parser(1, 64),
+        1,
+        "Threads that check passwords, beside the event loop: each check is scrypt, about 40 ms "
+        "of CPU and 16 MiB of memory, so this bounds both what password checks take from the "
+        "machine and how many run at once. The default leaves the other cores of a small "
+        "machine to the broker's event loop and its journal.",
+    )
+    auth_queue_max: int = prop(
+        "imq.authentication.queue.max",
+        int_parser(0, 100000),
+        128,
+        "Password checks that may wait for a free thread (imq.authentication.workers); past "
+        "this, a CONNECT is refused with status 503 (too many logins in progress) and an admin "
+        "request with HTTP 503, and the client may try again later.",
+    )
+    auth_cache_ttl_s: int = prop(
+        "imq.authentication.cache.ttl",
+        int_parser(0, 3600),
+        30,
+        "Seconds a user name and password that passed the check are remembered, so that the "
+        "same credentials are accepted again without a check (a keyed hash of them is kept, "
+        "never the password; at most 1024 of them). Every entry is forgotten when the users "
+        "file changes. 0: no cache.",
+    )
+    auth_delay_base_ms: int = prop(
+        "imq.authentication.delay.base",
+        int_parser(0, 60000),
+        100,
+        "Milliseconds the answer to a failed login is held back after the first failure from "
+        "an address in a row; the delay doubles with each further failure, up to "
+        "imq.authentication.delay.max, and a success resets it (0: no delay).",
+    )
+    auth_delay_max_ms: int = prop(
+        "imq.authentication.delay.max",
+        int_parser(0, 60000),
+        5000,
+        "Longest delay, in milliseconds, of the answer to a login from an address whose logins "
+        "failed in a row (see imq.authentication.delay.base).",
+    )
     metrics_enabled: bool = prop(
         "imq.metrics.enabled",
         parse_bool,

@@ -55,9 +55,17 @@ from pathlib import Path
 from typing import Final
 
 from sluiceway.config import BrokerConfig
-from sluiceway.errors import ConfigError, Forbidden, InternalError, Unauthorized
+from sluiceway.errors import (
+    BrokerError,
+    ConfigError,
+    Forbidden,
+    InternalError,
+    Unauthorized,
+    Unavailable,
+)
 from sluiceway.javaprops import PropertyLine, load_properties, parse_properties
 from sluiceway.naming import DestinationKind, DestinationName, validate_name
+from sluiceway.security.logins import LoginResult, Logins, PendingLogin, Refusal
 from sluiceway.security.users import Authenticator, Principal, check_name, users_path
 
 log = logging.getLogger(__name__)
@@ -483,13 +491,23 @@ def file_stamp(path: Path) -> tuple[int, ...] | None:
 # -- what a STOMP session consults ------------------------------------------------------------
 
 # The same words for an unknown user and a wrong password, so a probe cannot tell which users
-# exist (the Authenticator also spends the same time on both).
-WRONG_CREDENTIALS: Final = "wrong user name or password"
+# exist (security.logins also spends the same time on both: the dummy hash).
+WRONG_CREDENTIALS: Final = Refusal.WRONG.value
 NO_CREDENTIALS: Final = "no credentials"
+TOO_MANY_LOGINS: Final = Refusal.BUSY.value
 
 
 class AuthenticationFailed(Unauthorized):
     """A CONNECT without valid credentials (status 401); logged where it is raised."""
+
+
+class TooManyLogins(Unavailable):
+    """A CONNECT refused because too many password checks wait already (status 503); logged
+    where it is made."""
+
+
+# A login's outcome as a STOMP session takes it: the principal, or the error to answer with.
+Outcome = Principal | BrokerError
 
 
 class Gate:
@@ -497,50 +515,89 @@ class Gate:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.users = users_path(config)
-        self._authenticator: Authenticator | None = None  # read at the first login
+        self.logins = Logins(config)  # the password checks (threads, cache, delays)
         self.access = AccessControl(access_path(config)) if config.access_control else None
 
-    def login(self, login: str | None, passcode: str | None, peer: str) -> Principal:
-        """The user a CONNECT's `login` and `passcode` stand for; raises AuthenticationFailed
-        (401), or InternalError when the users file cannot be read. Every failure is logged
-        at WARNING with `peer` and the user name given; the passcode never is."""
+    def login(
+        self,
+        login: str | None,
+        passcode: str | None,
+        peer: str,
+        done: Callable[[Outcome], None],
+    ) -> Outcome | PendingLogin:
+        """The user a CONNECT's `login` and `passcode` stand for, or the error to refuse it
+        with: AuthenticationFailed (401), TooManyLogins (503), or InternalError when the users
+        file cannot be read. Now, or through `done` (on the event loop) when the password is
+        checked in a thread or the answer is held back (security.logins). Every failure is
+        logged at WARNING with `peer` and the user name given; the passcode never is."""
         if not login:
             log.warning("%s: connection refused: %s (no login header)", peer, NO_CREDENTIALS)
-            raise AuthenticationFailed(
+            return AuthenticationFailed(
                 NO_CREDENTIALS,
                 f"{NO_CREDENTIALS}: this broker requires a user name and password; send the "
                 "login and passcode headers on CONNECT (in the Sluiceway client: username= and "
                 "password=, or imqDefaultUsername and imqDefaultPassword)",
             )
-        try:
-            principal = self._users().authenticate(login, passcode)
-        except ConfigError as exc:
+
+        def answered(result: LoginResult) -> None:
+            done(self._outcome(result, login, peer))
+
+        started = self.logins.start(login, passcode, peer_host(peer), answered)
+        if isinstance(started, PendingLogin):
+            return started
+        return self._outcome(started, login, peer)
+
+    def _outcome(self, result: LoginResult, login: str, peer: str) -> Outcome:
+        if result.principal is not None:
+            return result.principal
+        if result.refusal is Refusal.UNREADABLE:
             # The message names the file and the line: there is no bug to trace.
-            log.error("%s: cannot check credentials: %s", peer, exc)  # noqa: TRY400
-            raise InternalError(
+            log.error("%s: cannot check credentials: %s", peer, result.problem)
+            return InternalError(
                 "cannot check credentials",
                 "the broker cannot read its users file; an administrator must fix it (the "
                 "broker's log says what is wrong)",
-            ) from None
-        if principal is None:
-            log.warning("%s: connection refused: %s for user %r", peer, WRONG_CREDENTIALS, login)
-            raise AuthenticationFailed(
-                WRONG_CREDENTIALS,
-                f"{WRONG_CREDENTIALS}: check the login and passcode sent on CONNECT; an "
-                "administrator manages users with `sluiceway cmd user`",
             )
-        return principal
+        if result.refusal is Refusal.BUSY:
+            log.warning(
+                "%s: connection refused: %s for user %r (%d checks wait, "
+                "imq.authentication.queue.max)",
+                peer,
+                TOO_MANY_LOGINS,
+                login,
+                self.logins.queue_max,
+            )
+            return TooManyLogins(
+                TOO_MANY_LOGINS,
+                f"{TOO_MANY_LOGINS}: the broker is checking as many passwords as it may "
+                "(imq.authentication.queue.max); nothing is wrong with this CONNECT: try again "
+                "in a moment",
+            )
+        held = f", answered after {result.delay:.1f} s" if result.delay else ""
+        log.warning(
+            "%s: connection refused: %s for user %r (failure %d in a row from this address%s)",
+            peer,
+            WRONG_CREDENTIALS,
+            login,
+            result.failures,
+            held,
+        )
+        return AuthenticationFailed(
+            WRONG_CREDENTIALS,
+            f"{WRONG_CREDENTIALS}: check the login and passcode sent on CONNECT; an "
+            "administrator manages users with `sluiceway cmd user`",
+        )
 
-    def _users(self) -> Authenticator:
-        if self._authenticator is None:
-            self._authenticator = Authenticator(self.users)  # raises ConfigError if malformed
-            if self._authenticator.empty:
-                log.warning(
-                    "authentication is on but the users file %s has no users: every connection "
-                    "is refused; add users with `sluiceway cmd user add`",
-                    self.users,
-                )
-        return self._authenticator
+    def close(self) -> None:
+        """The broker stops: no further password check starts."""
+        self.logins.close()
+
+
+def peer_host(peer: str) -> str:
+    """The host of a `host:port` peer (an IPv6 host keeps its colons): logins that fail in a
+    row are counted per host, whatever port each connection came from."""
+    host, colon, port = peer.rpartition(":")
+    return host if colon and port.isdigit() else peer
 
 
 def check_security_files(config: BrokerConfig) -> None:

@@ -157,41 +157,74 @@ class UserFile:
         return True
 
 
+# What tells one state of the users file from another (None: no file). The inode catches a file
+# replaced by rename (as `sluiceway cmd user` writes it), so a changed password is seen even when
+# the new file has the old one's size and modification time.
+Stamp = tuple[int, int, int, int] | None
+
+
+def _stamp(path: Path) -> Stamp:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return (-1, exc.errno or 0, 0, 0)  # unreadable: loading it says why
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 class Authenticator:
-    """Checks credentials against the users file, re-reading it when it changes on disk."""
+    """Checks credentials against the users file, re-reading it when it changes on disk.
+
+    `refresh` and `find` are cheap (a stat, and a read when the file changed): they run on the
+    broker's event loop. `check` runs scrypt (tens of ms): security.logins runs it in a worker
+    thread. `authenticate` does both, for callers that may block."""
 
     def __init__(self, path: Path) -> None:
         self._file = UserFile(path)
         self._users: dict[str, User] = {}
-        self._stamp: tuple[int, int] | None = None
-        self._reload()
+        self._stamp: Stamp | tuple[()] = ()  # (): never read
+        self.refresh()
 
-    def _reload(self) -> None:
-        try:
-            stat = self._file.path.stat()
-            stamp = (stat.st_mtime_ns, stat.st_size)
-        except FileNotFoundError:
-            stamp = (0, 0)
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def refresh(self) -> Stamp:
+        """Read the file again if it changed; the stamp of the state now in force. Raises
+        ConfigError (naming the file and the line) when it cannot be read or is malformed; the
+        users read before stay in force meanwhile, and the next call tries again."""
+        stamp = _stamp(self._file.path)
         if stamp != self._stamp:
             self._users = self._file.load()
             self._stamp = stamp
+        return stamp
+
+    def find(self, name: str | None) -> User | None:
+        """The user of that name in the file as last read (see `refresh`)."""
+        return self._users.get(name or "")
 
     def authenticate(self, name: str | None, password: str | None) -> Principal | None:
         """The principal for these credentials, or None (unknown user or wrong password)."""
-        self._reload()
-        user = self._users.get(name or "")
-        if user is None:
-            # Spend the same time as a wrong password, so a probe cannot tell which users exist.
-            verify_password(password or "", _dummy_hash())
-            return None
-        if not verify_password(password or "", user.password_hash):
-            return None
-        return Principal(user.name, frozenset(user.groups))
+        self.refresh()
+        return check(self.find(name), password)
 
     @property
     def empty(self) -> bool:
-        self._reload()
+        self.refresh()
         return not self._users
+
+
+def check(user: User | None, password: str | None) -> Principal | None:
+    """The principal if `password` is `user`'s, else None; scrypt, tens of milliseconds. For an
+    unknown user (None) it spends the same time as for a wrong password, so a probe cannot tell
+    which users exist."""
+    if user is None:
+        verify_password(password or "", _dummy_hash())
+        return None
+    if not verify_password(password or "", user.password_hash):
+        return None
+    return Principal(user.name, frozenset(user.groups))
 
 
 @functools.cache

@@ -184,6 +184,8 @@ class Services:
             self.history.close()
         for listener in reversed(self.listeners):
             await listener.stop()
+        if self.gate is not None:
+            self.gate.close()  # the password checks' threads
         self.broker.close()
 
 

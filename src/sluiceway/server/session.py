@@ -11,7 +11,10 @@ and a body that says what was wrong; the session then stops reading and the I/O 
 connection once the ERROR is written. Other connections are not affected.
 
 With imq.authentication.enabled the CONNECT must carry the `login` and `passcode` of a user of
-the users file (401 otherwise), and with imq.accesscontrol.enabled the access rules
+the users file (401 otherwise). The password is checked off the event loop (security.logins):
+meanwhile the session is AUTHENTICATING and takes no further frame (`input_blocked`, so the I/O
+layer stops reading); when the check is done, `on_control` is called and the CONNECT is handled
+again with its outcome. With imq.accesscontrol.enabled the access rules
 (security.access) are checked here, not in the core: connecting (connection.NORMAL), SEND
 (produce, and create when the destination is new), SUBSCRIBE (consume, or browse with
 `browser:true`, and create when new). A refusal is a 403 that names the user, the operation and
@@ -58,8 +61,11 @@ from sluiceway.security.access import (
     AuthenticationFailed,
     Gate,
     Operation,
+    Outcome,
     Service,
+    TooManyLogins,
 )
+from sluiceway.security.logins import PendingLogin
 from sluiceway.security.users import Principal
 from sluiceway.server import headers as h
 from sluiceway.server import readers, stage_frames
@@ -89,6 +95,7 @@ _PRODUCE: Final = Operation.PRODUCE
 
 class SessionState(enum.Enum):
     AWAITING_CONNECT = "awaiting CONNECT"
+    AUTHENTICATING = "authenticating"  # the CONNECT's password is being checked
     CONNECTED = "connected"
     DRAINING = "draining"  # DISCONNECT arrived while SENDs were held: settling them first
     CLOSING = "closing"  # nothing more is read; the I/O layer closes after flushing
@@ -118,6 +125,12 @@ class StompSession:
         self._gate = gate
         self.principal: Principal | None = None
         self._access: AccessControl | None = None
+        # While AUTHENTICATING: the CONNECT whose password is being checked, the check
+        # (cancelled if the connection goes), and once it is done, its outcome: the CONNECT is
+        # then handled again with it, before any further frame is read.
+        self._connecting: Frame | None = None
+        self._login: PendingLogin | None = None
+        self._login_outcome: Outcome | None = None
         self.state = SessionState.AWAITING_CONNECT
         self.failure: BrokerError | None = None  # the ERROR the session ended with (`fail`)
         self.version: StompVersion | None = None
@@ -189,6 +202,8 @@ class StompSession:
             return
         self._decoder.receive_data(data)
         with self.broker.context.batch:  # the read's messages reach consumers together
+            if self._login_outcome is not None and self._connecting is not None:
+                self._handle(self._connecting)
             self._receive_frames()
 
     def _receive_frames(self) -> None:
@@ -226,7 +241,10 @@ class StompSession:
         """Read no further frames for now: the connection holds as many SENDs as it may, or as
         many control frames wait to be written as may (they go once the journal syncs and the
         client reads), or the journal holds as many records waiting for a full disk as it may
-        (imq.persist.file.disk.backlog.max_size; a CONNECT, which writes none, is still read)."""
+        (imq.persist.file.disk.backlog.max_size; a CONNECT, which writes none, is still read),
+        or the CONNECT's password is being checked."""
+        if self.state is SessionState.AUTHENTICATING:
+            return self._login_outcome is None
         if len(self._control) >= MAX_WAITING_CONTROL:
             return True
         if self.broker.disk.reading_stopped and self.state is SessionState.CONNECTED:
@@ -305,7 +323,7 @@ class StompSession:
         if self.state is SessionState.CLOSING:
             return
         self.failure = error
-        if not (logged or isinstance(error, AuthenticationFailed | AccessDenied)):
+        if not (logged or isinstance(error, AuthenticationFailed | AccessDenied | TooManyLogins)):
             log.warning("%s: %s: %s (status %d)", self.peer, error.summary, error, error.status)
         extra = {"version": "1.0,1.1,1.2"} if isinstance(error, _UnsupportedVersion) else None
         self._queue(error_frame(error, self.version, receipt, extra))
@@ -325,6 +343,10 @@ class StompSession:
     def _close(self) -> None:
         self.state = SessionState.CLOSING
         self._decoder.release()  # nothing more is parsed: its bytes, however many, go now
+        login, self._login = self._login, None
+        if login is not None:
+            login.cancel()  # a check waiting, running or held back: nothing of it is kept
+        self._connecting = self._login_outcome = None
         if self.core is not None:
             self.core.close()
 
@@ -425,7 +447,17 @@ class StompSession:
                 f"accept-version {frame.headers.get('accept-version')!r} names no version this "
                 "broker speaks; it speaks STOMP 1.0, 1.1 and 1.2",
             )
-        principal = self._authenticate(frame)
+        principal = None
+        if self.broker.config.authentication:
+            outcome, self._login_outcome, self._connecting = self._login_outcome, None, None
+            if outcome is None:
+                started = self._login_for(frame)
+                if isinstance(started, PendingLogin):
+                    self.state = SessionState.AUTHENTICATING
+                    self._connecting, self._login = frame, started
+                    return DEFERRED  # handled again once the password is checked
+                outcome = started
+            principal = self._admit(outcome)
         config = self.broker.config
         heartbeat = h.HeartBeat(0, 0)
         if version is not StompVersion.V1_0:
@@ -460,19 +492,32 @@ class StompSession:
 
     # -- authentication and access control -----------------------------------------------------
 
-    def _authenticate(self, frame: Frame) -> Principal | None:
+    def _login_for(self, frame: Frame) -> Outcome | PendingLogin:
         """With imq.authentication.enabled, the user the CONNECT's login and passcode stand
-        for, once the access rules let them connect; raises 401 or 403 otherwise. None when
-        authentication is off: login and passcode are then ignored."""
-        if not self.broker.config.authentication:
-            return None
+        for, or the error to refuse it with: now, or later through `_login_done`."""
         gate = self._gate
         if gate is None:  # a session made without its listener's gate reads the files itself
             gate = self._gate = Gate(self.broker.config)
-        principal = gate.login(frame.headers.get("login"), frame.headers.get("passcode"), self.peer)
-        self.principal, self._access = principal, gate.access
+        login, passcode = frame.headers.get("login"), frame.headers.get("passcode")
+        return gate.login(login, passcode, self.peer, self._login_done)
+
+    def _login_done(self, outcome: Outcome) -> None:
+        """The password check is done (on the event loop): the CONNECT is handled again with its
+        outcome at the I/O layer's next turn (`receive_data`), before the frames that waited."""
+        self._login = None
+        if self.state is not SessionState.AUTHENTICATING:
+            return
+        self._login_outcome = outcome
+        self._on_control()
+
+    def _admit(self, outcome: Outcome) -> Principal:
+        """Raise the refusal, or take the principal once the access rules let it connect."""
+        if isinstance(outcome, BrokerError):
+            raise outcome
+        gate = self._gate
+        self.principal, self._access = outcome, gate.access if gate is not None else None
         self._authorize(Operation.CONNECT, None, Service.NORMAL.value)
-        return principal
+        return outcome
 
     def _authorize(self, operation: Operation, kind: DestinationKind | None, name: str) -> None:
         """Raise (and log) a 403 if the access rules refuse this connection's user."""
