@@ -8,161 +8,74 @@ probe returns is what a client or an operator can observe (a status, a message, 
 socket closed, a count), not the broker's internals.
 
 The rows are grouped by what they harden; each group is a list below, and CASES joins them.
+The probes live in tests/security/hardening/, a module per group.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.admin.adminhttp import AdminHttp
-from tests.e2e.rawclient import RawClient
-from tests.e2e.support import wait_until
 from tests.security import access_support as access
-from tests.security.conftest import USERS, Secured, SecuredFactory
-from tests.server.rawws import RawWebSocket
-
-
-@dataclass(frozen=True)
-class Case:
-    """One row: the broker's properties, what is tried against it, and what must be seen."""
-
-    id: str
-    probe: Callable[[Trial], object]
-    expected: object
-    properties: dict[str, str] = field(default_factory=dict)
-    rules: str | None = None  # the access rules file; None: the suite's RULES
-
-
-@dataclass
-class Trial:
-    """What a probe starts its broker with."""
-
-    case: Case
-    factory: SecuredFactory
-    directory: Path  # the test's own directory, for files the probe makes
-
-    def start(self, **properties: str) -> Secured:
-        """The row's broker, with `properties` added to the row's."""
-        values = {**self.case.properties, **properties}
-        if self.case.rules is None:
-            return self.factory(**values)
-        return self.factory(self.case.rules, **values)
-
+from tests.security.conftest import SecuredFactory
+from tests.security.hardening import Case, Trial
+from tests.security.hardening.access_changes import (
+    deleted_user,
+    destroyed_connection,
+    revoked_connect,
+    revoked_produce,
+)
+from tests.security.hardening.admin import (
+    ADMIN_LINE,
+    admin_statuses,
+    probe_connection_cap,
+    probe_half_requests,
+    probe_idle_keepalive,
+    worked_example_billing_administers,
+    worked_example_root_creates_orders,
+)
+from tests.security.hardening.browsers import (
+    AUTH_OFF,
+    WS_ON,
+    probe_admin_host,
+    probe_ws_origin,
+    probe_ws_refused,
+)
+from tests.security.hardening.counts import (
+    begin_past_max_transactions,
+    cursor_past_max_groups,
+    lease_group_past_max_groups,
+    send_past_transaction_bytes,
+    send_past_transaction_messages,
+)
+from tests.security.hardening.inputs import (
+    probe_connect_body,
+    probe_oversized_header,
+    probe_past_connection_count,
+    probe_send_past_connection_budget,
+    probe_stalled_before_connect,
+    probe_total_shared,
+    probe_websocket_before_connect,
+)
+from tests.security.hardening.listeners import (
+    probe_certificate_expiring_soon,
+    probe_expired_certificate,
+    probe_future_certificate,
+    probe_mismatched_key,
+    probe_no_listener,
+    probe_tls_only,
+)
+from tests.security.hardening.passwords import (
+    admin_delays,
+    cache_after_changes,
+    connect_during_flood,
+    growing_delays,
+    overload,
+)
 
 # -- the input budget: partly received frames, frames before CONNECT ------------------------
-
-KIB = 1024
-SCRATCH_SEND = b"SEND\ndestination:/queue/scratch\n"  # any user may produce to /queue/scratch
-
-
-def refused_while_sending(client: RawClient, data: bytes) -> tuple[str, str, str]:
-    """Send all of `data` (the broker refuses it part way, and reads and drops the rest), then
-    read the ERROR and the close: the ERROR's status, limit and message."""
-    client.send_bytes(data)
-    error = client.expect("ERROR")
-    client.expect_closed()
-    return error.headers["status"], error.headers.get("limit", ""), error.headers["message"]
-
-
-def input_gauge(secured: Secured) -> int:
-    """sluiceway_input_buffered_bytes, as an operator scrapes it."""
-    admin = AdminHttp(secured.broker.admin_port, "root", USERS["root"][0])
-    status, body, _ = admin.raw("GET", "/metrics")
-    assert status == 200
-    for line in body.decode().splitlines():
-        if line.startswith("sluiceway_input_buffered_bytes "):
-            return int(float(line.split()[1]))
-    raise AssertionError("no sluiceway_input_buffered_bytes in /metrics")
-
-
-def gauge_reads(secured: Secured, expected: int) -> bool:
-    return input_gauge(secured) == expected
-
-
-def probe_connect_body(trial: Trial) -> tuple[str, str, str]:
-    """A CONNECT announcing a 57 MB body, of which 256 KiB are sent."""
-    client = trial.start().raw(connect=False)
-    head = b"CONNECT\naccept-version:1.2\nlogin:alice\ncontent-length:57000000\n\n"
-    return refused_while_sending(client, head + b"x" * (256 * KIB))
-
-
-def probe_stalled_before_connect(trial: Trial) -> tuple[bool, list[str], int]:
-    """Four connections stall inside CONNECT frames just under the first frame's limit, then
-    go on: what the gauge shows while they stall (within the budget?), what each reads, and the
-    gauge once they are gone."""
-    secured = trial.start()
-    clients = [secured.raw(connect=False) for _ in range(4)]
-    head = b"CONNECT\naccept-version:1.2\n\n"  # a body up to a NUL that does not come yet
-    for client in clients:
-        client.send_bytes(head + b"x" * (6 * KIB))
-    stalled = len(clients) * (len(head) + 6 * KIB)
-    wait_until(lambda: input_gauge(secured) == stalled)
-    within = stalled <= len(clients) * 8 * KIB
-    statuses = [refused_while_sending(c, b"x" * (64 * KIB))[0] for c in clients]
-    wait_until(lambda: input_gauge(secured) == 0)
-    return within, statuses, input_gauge(secured)
-
-
-def probe_send_past_connection_budget(trial: Trial) -> tuple[str, str, str]:
-    """An authenticated SEND whose body (up to a NUL, no content-length) goes on past 256 KiB:
-    512 KiB are sent."""
-    client = trial.start().raw("alice")
-    return refused_while_sending(client, SCRATCH_SEND + b"\n" + b"x" * (512 * KIB))
-
-
-def probe_total_shared(trial: Trial) -> tuple[list[str], tuple[str, str, str], int]:
-    """Three writers each stall 400 KiB into a 500 KiB SEND (1 MiB in all allowed): the first
-    two finish their SENDs; the third, which takes the broker past, is refused."""
-    secured = trial.start()
-    clients = [secured.raw(user) for user in ("alice", "carol", "mallory")]
-    head = SCRATCH_SEND + b"receipt:done\ncontent-length:%d\n\n" % (500 * KIB)
-    for count, client in enumerate(clients[:2], start=1):
-        client.send_bytes(head + b"x" * (400 * KIB))
-        held = count * (len(head) + 400 * KIB)
-        wait_until(partial(gauge_reads, secured, held))
-    refused = refused_while_sending(clients[2], head + b"x" * (400 * KIB))
-    receipts = []
-    for client in clients[:2]:
-        client.send_bytes(b"x" * (100 * KIB) + b"\0")
-        receipts.append(client.expect("RECEIPT").headers["receipt-id"])
-    return receipts, refused, input_gauge(secured)
-
-
-def probe_oversized_header(trial: Trial) -> tuple[str, str, str]:
-    """A header line of 4 MiB, written whole while the broker refuses it after 8 KiB."""
-    client = trial.start().raw("alice")
-    return refused_while_sending(client, SCRATCH_SEND + b"long:" + b"v" * (4096 * KIB))
-
-
-def probe_websocket_before_connect(trial: Trial) -> tuple[str, str, int]:
-    """Over WebSocket: a message announcing 10 MiB before CONNECT, 64 KiB of it sent."""
-    secured = trial.start()
-    assert secured.broker.services is not None
-    ws = RawWebSocket(secured.broker.services.addresses()["ws"][1])
-    try:
-        ws.send_header(10 * 1024 * KIB)
-        ws.send_payload(b"CONNECT\nlogin:alice\n\n" + b"x" * (64 * KIB))
-        error = ws.expect_stomp("ERROR")
-        return error.headers["status"], error.headers["limit"], ws.expect_close()
-    finally:
-        ws.close()
-
-
-def probe_past_connection_count(trial: Trial) -> tuple[tuple[str, str, str], bool]:
-    """Two connections open (the limit, or the limit from 127.0.0.1), then a third: what it
-    reads; and whether the first two still work."""
-    secured = trial.start()
-    first, second = secured.raw("alice"), secured.raw("bob")
-    refused = refused_while_sending(secured.raw(connect=False), b"")
-    for client in (first, second):
-        client.request("BEGIN", {"transaction": "still-here"})
-    return refused, True
-
 
 INPUT_CASES: list[Case] = [
     Case(
@@ -248,89 +161,6 @@ INPUT_CASES: list[Case] = [
 
 # -- password checks: off the event loop, cached, slowed down for repeated failures ----------
 
-# (Imported here, in this section: each section of the table is edited on its own.)
-from sluiceway.security.users import UserFile  # noqa: E402
-from tests.security.logins_support import (  # noqa: E402
-    PATIENT_S,
-    Flood,
-    timed_admin,
-    timed_refusal,
-)
-
-
-def growing_delays(trial: Trial) -> list[tuple[str, bool]]:
-    """Four wrong passwords in a row from one address (the row sets base 200 ms, cap 800 ms):
-    each ERROR's status, and whether it came no sooner than its delay."""
-    port = trial.start().port
-    seen = []
-    for delay in (0.2, 0.4, 0.8, 0.8):
-        status, elapsed = timed_refusal(port, "alice", "not-her-password")
-        seen.append((status, elapsed >= delay))
-    return seen
-
-
-def cache_after_changes(trial: Trial) -> tuple[str, ...]:
-    """Alice and Bob log in (and are remembered); then Alice's password changes and Bob is
-    deleted: what each of their next CONNECTs gets."""
-    secured = trial.start()
-    secured.raw("alice")
-    secured.raw("bob")
-    users = UserFile(secured.directory / "passwd")
-    users.add("alice", "alice-new-pw-W3", ("writers",))
-    users.delete("bob")
-    old_password = secured.refused_connect(login="alice", passcode=USERS["alice"][0])
-    new_password = secured.raw(connect=False)
-    new_password.connect(login="alice", passcode="alice-new-pw-W3")
-    deleted = secured.refused_connect(login="bob", passcode=USERS["bob"][0])
-    return old_password["status"], "CONNECTED", deleted["status"]
-
-
-def connect_during_flood(trial: Trial) -> dict[str, object]:
-    """20 connections send wrong passwords as fast as the broker answers. Meanwhile a client
-    connected before makes 20 SEND/RECEIPT round trips, and a new client connects."""
-    secured = trial.start()
-    carol = secured.raw("carol")
-    with Flood(secured.port, 20) as flood:
-        wait_until(lambda: flood.answered >= 20, PATIENT_S)
-        for _ in range(20):
-            carol.request("SEND", {"destination": "/topic/news"}, b"during the flood")
-        newcomer = RawClient(secured.port, timeout=PATIENT_S)
-        try:
-            connected = newcomer.connect(login="bob", passcode=USERS["bob"][0]).command
-        finally:
-            newcomer.close()
-    return {"round trips": 20, "newcomer": connected, "attackers got": sorted(flood.answers)}
-
-
-def admin_delays(trial: Trial) -> list[tuple[int, bool]]:
-    """Three admin requests with a wrong password, then one with the right one (the row sets
-    base 300 ms, cap 1200 ms): each status, and whether it came no sooner than its delay."""
-    port = trial.start().broker.admin_port
-    seen = []
-    for password, delay in (("typo", 0.3), ("typo", 0.6), ("typo", 1.2), (USERS["root"][0], 1.2)):
-        status, elapsed = timed_admin(port, "root", password)
-        seen.append((status, elapsed >= delay))
-    return seen
-
-
-def overload(trial: Trial) -> tuple[list[str], set[str], bool]:
-    """30 CONNECTs at once to a broker with one thread and no queue for checks: the statuses
-    they get, the message of the 503s, and whether every connection was closed."""
-    port = trial.start().port
-    clients = [RawClient(port, timeout=PATIENT_S) for _ in range(30)]
-    try:
-        for client in clients:
-            client.send("CONNECT", {"accept-version": "1.2", "login": "bob", "passcode": "x"})
-        errors = [client.expect("ERROR").headers for client in clients]
-        for client in clients:
-            client.expect_closed()
-    finally:
-        for client in clients:
-            client.close()
-    busy = {e["message"] for e in errors if e["status"] == "503"}
-    return sorted({e["status"] for e in errors}), busy, all(c.closed for c in clients)
-
-
 PASSWORD_CASES: list[Case] = [
     Case(
         "wrong passwords from one address are answered after a growing delay",
@@ -376,99 +206,6 @@ PASSWORD_CASES: list[Case] = [
 
 # -- listeners and TLS: the plain port off, certificates checked at start --------------------
 
-# The imports of the listener, browser and admin-connection rows.
-import json  # noqa: E402
-import socket  # noqa: E402
-import time  # noqa: E402
-from datetime import UTC, datetime, timedelta  # noqa: E402
-
-from sluiceway.errors import ConfigError  # noqa: E402
-from tests.security import webprobe  # noqa: E402
-
-
-def _dates(when: datetime) -> str:
-    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _refused_start(trial: Trial, **properties: str) -> ConfigError:
-    try:
-        trial.start(**properties)
-    except ConfigError as exc:
-        return exc
-    raise AssertionError("the broker started")
-
-
-def probe_tls_only(trial: Trial) -> object:
-    """Plain port off, TLS on: the ready line lists what listens, and only that listens."""
-    certificate = webprobe.make_certificate(trial.directory)
-    secured = trial.start(**{"imq.stomp.tls.port": "0", **certificate.properties()})
-    services = secured.broker.services
-    assert services is not None
-    ready = secured.broker.call(services.ready_line)
-    listed = {int(part.rsplit(":", 1)[1]) for part in ready.split(", ")}
-    client = webprobe.tls_client(services.addresses()["stomp-tls"][1], certificate.client_context())
-    try:
-        alice = USERS["alice"][0]
-        connected = client.connect(login="alice", passcode=alice).command
-    finally:
-        client.close()
-    labels = tuple(part.split(" on ")[0] for part in ready.split(", "))
-    return labels, listed == webprobe.listening_ports(), connected
-
-
-def probe_no_listener(trial: Trial) -> object:
-    refused = _refused_start(trial)
-    named = all(n in str(refused) for n in ("tcp.port", "tls.port", "ws.port"))
-    return refused.name, named
-
-
-def _certificate_refused(trial: Trial, not_before: datetime, not_after: datetime) -> object:
-    certificate = webprobe.make_certificate(
-        trial.directory, not_before=not_before, not_after=not_after
-    )
-    refused = _refused_start(trial, **{"imq.stomp.tls.port": "0", **certificate.properties()})
-    message = str(refused)
-    return (
-        refused.name,
-        str(certificate.certfile) in message,
-        f"notBefore {_dates(not_before)}" in message,
-        f"notAfter {_dates(not_after)}" in message,
-    )
-
-
-def probe_expired_certificate(trial: Trial) -> object:
-    return _certificate_refused(
-        trial, datetime(2020, 1, 1, tzinfo=UTC), datetime(2021, 1, 1, tzinfo=UTC)
-    )
-
-
-def probe_future_certificate(trial: Trial) -> object:
-    now = datetime.now(UTC).replace(microsecond=0)
-    return _certificate_refused(trial, now + timedelta(days=10), now + timedelta(days=400))
-
-
-def probe_mismatched_key(trial: Trial) -> object:
-    certificate = webprobe.make_certificate(trial.directory)
-    other = webprobe.make_certificate(trial.directory, "other")
-    properties = {**certificate.properties(), "imq.tls.keyfile": str(other.keyfile)}
-    refused = _refused_start(trial, **{"imq.stomp.tls.port": "0", **properties})
-    message = str(refused)
-    return refused.name, str(certificate.certfile) in message, str(other.keyfile) in message
-
-
-def probe_certificate_expiring_soon(trial: Trial) -> object:
-    now = datetime.now(UTC).replace(microsecond=0)
-    certificate = webprobe.make_certificate(trial.directory, not_after=now + timedelta(days=10))
-    with webprobe.capture("sluiceway.server.tls") as records:
-        secured = trial.start(**{"imq.stomp.tls.port": "0", **certificate.properties()})
-    warning = records.text()
-    return (
-        secured.broker.services is not None,
-        str(certificate.certfile) in warning,
-        _dates(certificate.not_after) in warning,
-    )
-
-
 LISTENER_CASES: list[Case] = [
     Case(
         "plain-port-off-only-tls-listens",
@@ -506,63 +243,6 @@ LISTENER_CASES: list[Case] = [
 
 
 # -- browsers: Origin on the WebSocket endpoint, Host on the admin endpoint, /ws -------------
-
-FOREIGN_ORIGIN = "http://evil.example"
-WS_ON = {"imq.stomp.ws.port": "0"}
-AUTH_OFF = {"imq.authentication.enabled": "false"}
-
-
-def _ws_port(secured: Secured) -> int:
-    services = secured.broker.services
-    assert services is not None
-    return services.addresses()["ws"][1]
-
-
-def probe_ws_origin(origin: str | None, path: str = "/stomp") -> Callable[[Trial], object]:
-    """A STOMP session over WebSocket from a page of `origin`: CONNECTED, or the HTTP status."""
-
-    def probe(trial: Trial) -> object:
-        port = _ws_port(trial.start())
-        return webprobe.ws_connect(port, path, origin, "alice", USERS["alice"][0])
-
-    return probe
-
-
-def probe_ws_refused(path: str) -> Callable[[Trial], object]:
-    """A handshake from a page of another site: the status, whether the answer names the
-    origin and the property, whether a WARNING says so."""
-
-    def probe(trial: Trial) -> object:
-        port = _ws_port(trial.start())
-        with webprobe.capture("sluiceway.server.websocket") as records:
-            answer = webprobe.ws_handshake(port, path, FOREIGN_ORIGIN)
-        body = answer.body.decode()
-        named = FOREIGN_ORIGIN in body and "imq.stomp.ws.allowed_origins" in body
-        return answer.status, named, FOREIGN_ORIGIN in records.text()
-
-    return probe
-
-
-def probe_admin_host(*hosts: str) -> Callable[[Trial], object]:
-    """GET /api/v1/broker naming each of `hosts` (`{port}` is the admin port): the statuses,
-    and for a refusal its JSON error and whether its detail names the property."""
-
-    def probe(trial: Trial) -> object:
-        port = trial.start().broker.admin_port
-        seen: list[object] = []
-        for host in hosts:
-            request = webprobe.get_request("/api/v1/broker", host.format(port=port))
-            answer = webprobe.http_exchange(port, request)
-            if answer.status == 403:
-                error = json.loads(answer.body)
-                named = "imq.admin.allowed_hosts" in error["detail"]
-                seen.append((403, error["error"], error["status"], named))
-            else:
-                seen.append(answer.status)
-        return seen
-
-    return probe
-
 
 BROWSER_CASES: list[Case] = [
     Case("ws-foreign-origin-refused", probe_ws_refused("/stomp"), (403, True, True), WS_ON),
@@ -610,36 +290,6 @@ BROWSER_CASES: list[Case] = [
 
 # -- the admin endpoint: its rules, slow and idle requests -----------------------------------
 
-
-def worked_example_root_creates_orders(trial: Trial) -> object:
-    """docs/security.md's worked example as written (its users, its rules file verbatim): root
-    runs the `sluiceway cmd create dst` it prescribes, after which shop may send to the queue."""
-    secured = trial.start(**access.worked_users(trial.directory))
-    shop = access.client(secured, "shop", access.WORKED_USERS, failed_receipts="true")
-    before = shop.request("SEND", {"destination": "/queue/orders"}).headers.get("message")
-    result = access.run_as_written(secured, access.worked_example().create_command)
-    after = shop.request("SEND", {"destination": "/queue/orders"}).headers.get("status")
-    return before, result.status, result.out, result.err, after
-
-
-def worked_example_billing_administers(trial: Trial) -> object:
-    secured = trial.start(**access.worked_users(trial.directory))
-    result = access.cmd_as(secured, "billing", "list", "dst", users=access.WORKED_USERS)
-    return result.status, result.error_line.split(": ", 3)[1:3]
-
-
-def admin_statuses(*users: str) -> Callable[[Trial], object]:
-    """A probe: the HTTP status of GET /broker for each of `users`, in order."""
-
-    def probe(trial: Trial) -> object:
-        port = trial.start().broker.admin_port
-        return [access.admin_status(port, user) for user in users]
-
-    return probe
-
-
-ADMIN_LINE = "connection.ADMIN.allow.group=admin"
-
 ADMIN_CASES: list[Case] = [
     Case(
         "worked-example-root-creates-a-queue",
@@ -685,90 +335,6 @@ ADMIN_CASES: list[Case] = [
         rules=access.RULES + "connection.ADMIN.deny.user=root\nconnection.ADMIN.allow.user=carol\n",
     ),
 ]
-
-
-def _half_requests(count: int, port: int) -> list[socket.socket]:
-    opened = []
-    try:
-        for _ in range(count):
-            sock = socket.create_connection(("127.0.0.1", port), timeout=webprobe.TIMEOUT)
-            opened.append(sock)
-            sock.sendall(b"GET /api/v1/broker HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
-    except BaseException:
-        for sock in opened:
-            sock.close()
-        raise
-    return opened
-
-
-def probe_half_requests(trial: Trial) -> object:
-    """Many connections that send half a request's head: how many the broker closes, and
-    whether each was held at least the header timeout."""
-    port = trial.start().broker.admin_port
-    started = time.monotonic()
-    sockets = _half_requests(20, port)
-    try:
-        deadline = started + webprobe.TIMEOUT
-        closed = [webprobe.closed_within(sock, deadline) for sock in sockets]
-        held = time.monotonic() - started >= 0.3
-    finally:
-        for sock in sockets:
-            sock.close()
-    return sum(closed), held
-
-
-def probe_idle_keepalive(trial: Trial) -> object:
-    """A kept-alive connection that goes quiet after its answer: the answer, then closed."""
-    port = trial.start().broker.admin_port
-    request = webprobe.get_request(
-        "/api/v1/broker",
-        "127.0.0.1",
-        close=False,
-        Authorization=webprobe.basic("root", USERS["root"][0]),
-    )
-    with socket.create_connection(("127.0.0.1", port), timeout=webprobe.TIMEOUT) as sock:
-        answer = webprobe.http_exchange(port, request, sock=sock)
-        closed = webprobe.closed_within(sock, time.monotonic() + webprobe.TIMEOUT)
-    return answer.status, closed
-
-
-def probe_connection_cap(trial: Trial) -> object:
-    """Three kept-alive connections fill imq.admin.max_connections=3: the fourth is answered 503
-    and closed; once one of the three closes, a new one is served."""
-    port = trial.start().broker.admin_port
-    authorization = webprobe.basic("root", USERS["root"][0])
-    request = webprobe.get_request(
-        "/api/v1/broker", "127.0.0.1", close=False, Authorization=authorization
-    )
-    held = [
-        socket.create_connection(("127.0.0.1", port), timeout=webprobe.TIMEOUT) for _ in range(3)
-    ]
-    try:
-        statuses: list[object] = [
-            webprobe.http_exchange(port, request, sock=s).status for s in held
-        ]
-        with socket.create_connection(("127.0.0.1", port), timeout=webprobe.TIMEOUT) as extra:
-            refused = webprobe.read_answer(extra)
-            closed = webprobe.closed_within(extra, time.monotonic() + webprobe.TIMEOUT)
-        statuses += [refused.status, json.loads(refused.body)["error"], closed]
-        held.pop().close()
-        final = webprobe.get_request("/api/v1/broker", "127.0.0.1", Authorization=authorization)
-        answers: list[int] = []
-
-        def served() -> bool:
-            try:
-                answers.append(webprobe.http_exchange(port, final).status)
-            except ConnectionError:  # still refused: the broker has not seen the close yet
-                return False
-            return answers[-1] == 200
-
-        wait_until(served)
-        return [*statuses, answers[-1]]
-    finally:
-        for sock in held:
-            sock.close()
-
-
 ADMIN_CASES += [
     Case(
         "admin-half-sent-requests-closed-after-header-timeout",
@@ -792,56 +358,6 @@ ADMIN_CASES += [
 
 
 # -- access changes: deleted users, revoked rights, connections destroyed --------------------
-
-
-def deleted_user(trial: Trial) -> object:
-    """alice is deleted with `sluiceway cmd user delete` while connected."""
-    secured = trial.start()
-    alice = access.client(secured, "alice")
-    users = str(secured.directory / "passwd")
-    deleted = access.run_cmd("user", "delete", "-u", "alice", "--file", users)
-    assert deleted.status == 0, deleted.err
-    status, message, _, closed = access.closed_with(alice)
-    return status, message, closed
-
-
-def revoked_produce(trial: Trial) -> object:
-    """alice may produce to /queue/scratch, then the rule is removed: her next SEND (on a
-    connection without failed receipts) gets ERROR 403 and the connection closes."""
-    secured = trial.start()
-    alice = access.client(secured, "alice")
-    sent = alice.request("SEND", {"destination": "/queue/scratch"}, b"before").command
-    rule = "queue.scratch.produce.allow.user=*"
-    access.replace_file(secured.access_file, access.without_line(access.RULES, rule))
-    carol = access.client(secured, "carol", failed_receipts="true")  # noticed once she is refused
-    access.wait_refused(carol, "SEND", {"destination": "/queue/scratch"})
-    alice.send("SEND", {"destination": "/queue/scratch", "receipt": "r-after"}, b"after")
-    status, message, _, closed = access.closed_with(alice)
-    return sent, status, message, closed
-
-
-def revoked_connect(trial: Trial) -> object:
-    """alice joins eve in connection.NORMAL.deny.user while she is connected."""
-    secured = trial.start()
-    alice = access.client(secured, "alice")
-    deny = "connection.NORMAL.deny.user=eve"
-    rules = access.without_line(access.RULES, deny) + f"{deny},alice\n"
-    access.replace_file(secured.access_file, rules)
-    status, message, _, closed = access.closed_with(alice)
-    return status, message, closed
-
-
-def destroyed_connection(trial: Trial) -> object:
-    """root runs `sluiceway cmd destroy cxn -n ID -reason TEXT -f` on alice's connection."""
-    secured = trial.start()
-    alice = access.client(secured, "alice")
-    number = access.connection_id(secured, "alice")
-    args = ("destroy", "cxn", "-n", str(number), "-reason", "maintenance window", "-f")
-    result = access.cmd_as(secured, "root", *args)
-    output = result.out.replace(f"connection {number} ", "connection ID ")
-    status, message, body, closed = access.closed_with(alice)
-    return result.status, output.split(" (")[0], status, message, body.strip(), closed
-
 
 ACCESS_CHANGE_CASES: list[Case] = [
     Case(
@@ -889,75 +405,6 @@ queue.create.allow.user=*
 topic.create.allow.user=*
 """
 
-# A frame sent asking for a receipt: command, headers, body.
-CountRequest = tuple[str, dict[str, str], bytes]
-# What the client sees of the first request past a limit: the failed RECEIPT's status and limit
-# header, whether its detail names that property, and whether the same connection and another
-# one then still have their requests accepted.
-CountRefusal = tuple[str | None, str | None, bool, bool, bool]
-
-
-def _past_a_count_limit(
-    trial: Trial, reach: list[CountRequest], past: CountRequest, then: list[CountRequest]
-) -> CountRefusal:
-    """As alice, with failed receipts: `reach` the limit, go `past` it, `then` go on."""
-    secured = trial.start()
-    client = secured.raw("alice")
-    for command, headers, body in reach:
-        receipt = client.request(command, headers, body)
-        assert "status" not in receipt.headers, receipt
-    refused = client.request(*past).headers
-    limit = refused.get("limit")
-    named = limit is not None and limit in refused.get("detail", "")
-    goes_on = all("status" not in client.request(*request).headers for request in then)
-    other = secured.raw("bob").request("SEND", {"destination": "/queue/scratch"}, b"after")
-    return refused.get("status"), limit, named, goes_on, "status" not in other.headers
-
-
-def _in_tx(tx: str, body: bytes = b"x") -> CountRequest:
-    return "SEND", {"destination": "/queue/scratch", "transaction": tx}, body
-
-
-def _tx(command: str, tx: str) -> CountRequest:
-    return command, {"transaction": tx}, b""
-
-
-def _cursor(group: str, sub_id: str = "") -> CountRequest:
-    """A read through cursor `group` (subscription id `sub_id`, else the group)."""
-    sub_id = sub_id or group
-    headers = {"destination": "/topic/feed", "id": sub_id, "browser": "true", "cursor": group}
-    return "SUBSCRIBE", headers, b""
-
-
-def _lease(name: str) -> CountRequest:
-    headers = {"destination": "/queue/scratch", "id": name, "lease": name}
-    return "SUBSCRIBE", headers, b""
-
-
-def _begin_past_max_transactions(trial: Trial) -> CountRefusal:
-    reach = [_tx("BEGIN", "a"), _tx("BEGIN", "b")]
-    return _past_a_count_limit(trial, reach, _tx("BEGIN", "c"), [_in_tx("a"), _tx("COMMIT", "a")])
-
-
-def _send_past_transaction_messages(trial: Trial) -> CountRefusal:
-    reach = [_tx("BEGIN", "a"), _tx("BEGIN", "b"), _in_tx("a"), _in_tx("b")]
-    return _past_a_count_limit(trial, reach, _in_tx("b"), [_tx("COMMIT", "b")])
-
-
-def _send_past_transaction_bytes(trial: Trial) -> CountRefusal:
-    reach = [_tx("BEGIN", "a"), _in_tx("a", b"x" * 1000)]
-    return _past_a_count_limit(trial, reach, _in_tx("a", b"y" * 100), [_tx("COMMIT", "a")])
-
-
-def _cursor_past_max_groups(trial: Trial) -> CountRefusal:
-    return _past_a_count_limit(
-        trial, [_cursor("a"), _cursor("b")], _cursor("c"), [_cursor("a", "again")]
-    )
-
-
-def _lease_group_past_max_groups(trial: Trial) -> CountRefusal:
-    return _past_a_count_limit(trial, [_lease("g/1")], _lease("h/1"), [_lease("g/2")])
-
 
 def _count_case(name: str, probe: Callable[[Trial], object], limit: str, value: str) -> Case:
     """A row: with `limit` set to `value`, the request past it is refused, naming it."""
@@ -973,25 +420,25 @@ def _count_case(name: str, probe: Callable[[Trial], object], limit: str, value: 
 COUNT_CASES: list[Case] = [
     _count_case(
         "begin-past-max-transactions",
-        _begin_past_max_transactions,
+        begin_past_max_transactions,
         "imq.stomp.max_transactions",
         "2",
     ),
     _count_case(
         "send-past-transaction-messages",
-        _send_past_transaction_messages,
+        send_past_transaction_messages,
         "imq.stomp.transactions.max_messages",
         "2",
     ),
     _count_case(
         "send-past-transaction-bytes",
-        _send_past_transaction_bytes,
+        send_past_transaction_bytes,
         "imq.stomp.transactions.max_bytes",
         "1k",
     ),
-    _count_case("cursor-past-max-groups", _cursor_past_max_groups, "imq.cursor.max_groups", "2"),
+    _count_case("cursor-past-max-groups", cursor_past_max_groups, "imq.cursor.max_groups", "2"),
     _count_case(
-        "lease-group-past-max-groups", _lease_group_past_max_groups, "imq.lease.max_groups", "1"
+        "lease-group-past-max-groups", lease_group_past_max_groups, "imq.lease.max_groups", "1"
     ),
 ]
 
