@@ -102,6 +102,7 @@ class PipelineRules:
 
     pipeline: PipelineState
     ledger: Ledger
+    squeezed: bool  # the disk is full: SENDs that need it are held
 
     # Provided by the state machine.
     @property
@@ -261,7 +262,12 @@ class PipelineRules:
         batch.committed = op = Op(f"COMMIT batch {batch.number}")
         for task in tasks:
             for message, sent in batch.staged.get(task, []):
-                self.ledger.add(Slot(message, STAGED, [sent, op]))
+                ops = [sent, op]
+                if self.squeezed and not sent.confirmed:
+                    # Held for the disk, it may be admitted after this COMMIT, and a SEND staged
+                    # into a batch committed before is accepted and dropped.
+                    ops.append(Op("held until after its batch was committed"))  # (maybe)
+                self.ledger.add(Slot(message, STAGED, ops))
         headers["stage-tasks"] = ",".join(tasks)
         self.pipeline_frame(client, "COMMIT", headers, op, b"")
 

@@ -799,3 +799,50 @@ def test_a_send_behind_one_held_for_the_disk_waits_with_it() -> None:
     state.subscribe_durable(client=0, limit=1, name="d0")
     state.unsqueeze()
     state.teardown()
+
+
+class _Tasks:
+    """What end_batch draws: the tasks its COMMIT names."""
+
+    def __init__(self, tasks: list[str]) -> None:
+        self.tasks = tasks
+
+    def draw(self, strategy: object) -> list[str]:
+        return self.tasks
+
+
+def test_a_staged_send_the_disk_holds_past_its_batch_commit_may_be_dropped() -> None:
+    """A history the long run found: staged SENDs held for a full disk are admitted after
+    another connection committed their batch, and a SEND staged into a committed batch is
+    accepted and dropped (docs/pipelines-protocol.md); they were never part of it."""
+    state = StoreMachine()
+    state.start(policy="group", segment="1k", swap="0", seed=0)
+    state.stage(client=0, count=1, pad=69, persistent=False, task="1.0")
+    state.stage(client=0, count=1, pad=0, persistent=False, task="0.0")
+    state.send(
+        client=0,
+        count=1,
+        destination="/queue/q0",
+        expiring=False,
+        pad=119,
+        persistent=True,
+        priority=0,
+        receipt=True,
+    )
+    state.squeeze(room=0)
+    state.stage(client=1, count=2, pad=0, persistent=True, task="0.0")
+    state.end_batch(abort=False, client=0, data=_Tasks(["0.0"]))
+    state.stage(client=0, count=2, pad=0, persistent=False, task="0.0")
+    state.unsqueeze()
+    state.fail_fsync(after=1)
+    state.send(
+        client=0,
+        count=5,
+        destination="/queue/q0",
+        expiring=False,
+        pad=83,
+        persistent=True,
+        priority=0,
+        receipt=True,
+    )
+    state.teardown()
