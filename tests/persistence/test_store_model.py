@@ -801,14 +801,14 @@ def test_a_send_behind_one_held_for_the_disk_waits_with_it() -> None:
     state.teardown()
 
 
-class _Tasks:
-    """What end_batch draws: the tasks its COMMIT names."""
+class _Draws:
+    """What a rule draws from its data, in order (the values a long run drew)."""
 
-    def __init__(self, tasks: list[str]) -> None:
-        self.tasks = tasks
+    def __init__(self, *values: object) -> None:
+        self.values = list(values)
 
-    def draw(self, strategy: object) -> list[str]:
-        return self.tasks
+    def draw(self, strategy: object) -> object:
+        return self.values.pop(0)
 
 
 def test_a_staged_send_the_disk_holds_past_its_batch_commit_may_be_dropped() -> None:
@@ -831,7 +831,7 @@ def test_a_staged_send_the_disk_holds_past_its_batch_commit_may_be_dropped() -> 
     )
     state.squeeze(room=0)
     state.stage(client=1, count=2, pad=0, persistent=True, task="0.0")
-    state.end_batch(abort=False, client=0, data=_Tasks(["0.0"]))
+    state.end_batch(abort=False, client=0, data=_Draws(["0.0"]))
     state.stage(client=0, count=2, pad=0, persistent=False, task="0.0")
     state.unsqueeze()
     state.fail_fsync(after=1)
@@ -845,4 +845,32 @@ def test_a_staged_send_the_disk_holds_past_its_batch_commit_may_be_dropped() -> 
         priority=0,
         receipt=True,
     )
+    state.teardown()
+
+
+def test_a_durable_message_acknowledged_in_an_open_transaction_stays_in_the_log() -> None:
+    """A history the long run found: a durable subscription's message acknowledged inside a
+    transaction still open was dropped from its topic's log when a cursor's deletion trimmed
+    it, so a crash before the COMMIT lost it."""
+    state = StoreMachine()
+    state.start(policy="group", segment="1k", swap="0", seed=0)
+    state.begin(client=1)
+    state.arm(operations=20, power=False)
+    state.compact()
+    state.compact()
+    state.begin(client=0)
+    state.read_cursor(client=0, from_start=False)
+    state.subscribe_durable(client=0, limit=1, name="d0")
+    state.send_in_transaction(
+        client=1,
+        count=1,
+        data=_Draws("tx0"),
+        destination="/topic/t0",
+        pad=0,
+        persistent=True,
+    )
+    state.end_transaction(abort=False, client=1, data=_Draws("tx0"))
+    state.acknowledge_in_transaction(client=0, data=_Draws("s5", 0, "tx2"))
+    state.delete_cursor(client=0)
+    state.compact()
     state.teardown()

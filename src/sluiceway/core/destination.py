@@ -232,6 +232,10 @@ class Destination:
     def consumed(self, message: Message) -> None:
         self.stats.consumed += 1
 
+    def held_by_transaction(self, messages: list[Message], held: bool) -> None:
+        """An open transaction acknowledged (or refused) `messages` (`held`), or no longer holds
+        them: it committed or was rolled back. A topic keeps them in its log meanwhile."""
+
     def expired(self, message: Message) -> None:
         self.stats.expired += 1
 
@@ -434,7 +438,7 @@ class Topic(Destination):
     apply to each subscription's backlog and to the log: the fullest decides.
     """
 
-    __slots__ = ("cursors", "durables", "log", "subscribers")
+    __slots__ = ("cursors", "durables", "log", "subscribers", "tx_held")
 
     def __init__(
         self, name: DestinationName, settings: DestinationSettings, context: Context
@@ -444,6 +448,9 @@ class Topic(Destination):
         self.durables: dict[tuple[str, str], DurableState] = {}
         self.cursors: dict[str, Cursor] = {}  # by group name
         self.log = SeqLog(context.ledger, context.spill)
+        # Sequence numbers of logged messages that open transactions acknowledged or refused,
+        # and by how many: the log keeps them until each transaction ends.
+        self.tx_held: dict[int, int] = {}
 
     @property
     def subscription_count(self) -> int:
@@ -531,10 +538,23 @@ class Topic(Destination):
             self.trim()
         return state
 
+    def held_by_transaction(self, messages: list[Message], held: bool) -> None:
+        counts = self.tx_held
+        for message in messages:
+            if held:
+                counts[message.seq] = counts.get(message.seq, 0) + 1
+            elif counts.get(message.seq, 0) > 1:
+                counts[message.seq] -= 1
+            else:
+                counts.pop(message.seq, None)
+
     def trim(self) -> int:
-        """Drop from the log what no durable subscription needs any more; return how many."""
+        """Drop from the log what no durable subscription or cursor needs any more, nor an open
+        transaction that acknowledged it (its ABORT gives it back); return how many."""
         floor = min((state.floor() for state in self.durables.values()), default=2**63)
         floor = min([floor, *(cursor.position for cursor in self.cursors.values())])
+        if self.tx_held:
+            floor = min(floor, *self.tx_held)
         trimmed = self.log.trim(floor)
         for message in trimmed:
             self._drop_logged(message)

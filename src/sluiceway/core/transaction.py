@@ -63,10 +63,17 @@ class Transaction:
     def add_ack(self, subscription: Subscription, messages: list[Message]) -> None:
         self.acks.append((subscription, messages))
         self.acked += len(messages)
+        subscription.destination.held_by_transaction(messages, True)
 
     def add_nack(self, subscription: Subscription, messages: list[Message]) -> None:
         self.nacks.append((subscription, messages))
         self.acked += len(messages)
+        subscription.destination.held_by_transaction(messages, True)
+
+    def _let_go(self) -> None:
+        """The transaction holds its acknowledged and refused messages no more."""
+        for subscription, messages in [*self.acks, *self.nacks]:
+            subscription.destination.held_by_transaction(messages, False)
 
     def prepare(self, store: MessageStore) -> None:
         """The part of a COMMIT that may fail, done before any of it takes effect: number the
@@ -103,6 +110,7 @@ class Transaction:
             while dead_letters < len(self.sends) and self.sends[dead_letters][0].is_dmq:
                 dead_letters += 1
             self._publish(store, publish, self.sends[:dead_letters])
+            self._let_go()
             # Each subscription sees all its acknowledged messages leave at once, so a refill is
             # sized by what remains after the whole transaction.
             for subscription, messages in _by_subscription(self.acks).items():
@@ -127,6 +135,7 @@ class Transaction:
             assert message.seq == planned, (destination.name, message.seq, planned)
 
     def abort(self) -> None:
+        self._let_go()
         for subscription, messages in _by_subscription([*self.acks, *self.nacks]).items():
             subscription.give_back(messages, delivered=True)
         self._clear()
