@@ -38,17 +38,30 @@ COMPILED = (
     "sluiceway/protocol/codec.py",
     "sluiceway/protocol/frames.py",
     *sorted(
-        f"sluiceway/core/{path.name}"
-        for path in (SOURCES / "sluiceway" / "core").glob("*.py")
-        if path.name not in ("__init__.py", "store.py")
+        str(path.relative_to(SOURCES))
+        for path in (SOURCES / "sluiceway" / "core").rglob("*.py")
+        if path.name not in {"__init__.py", "store.py"}
     ),
-    "sluiceway/server/headers.py",
-    "sluiceway/server/render.py",
-    "sluiceway/server/session.py",
-    "sluiceway/store/journal.py",
-    "sluiceway/store/recovering.py",
-    "sluiceway/store/segment_set.py",
-    "sluiceway/store/segments.py",
+    "sluiceway/session/headers.py",
+    "sluiceway/session/render.py",
+    "sluiceway/session/session.py",
+    "sluiceway/persist/journal.py",
+    "sluiceway/persist/recovering.py",
+    "sluiceway/persist/segment_set.py",
+    "sluiceway/persist/segments.py",
+    *(
+        f"sluiceway/persist/{name}.py"
+        for name in (
+            "journal_store",
+            "records",
+            "lease_records",
+            "stage_records",
+            "stage_journal",
+            "replay",
+            "liveness",
+            "restoring",
+        )
+    ),
 )
 MANIFEST = "compiled.json"
 BUILD_FAILURES = (CCompilerError, CompileError, ExecError, LinkError, PlatformError, OSError)

@@ -57,12 +57,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from sluiceway import BUILD
+from sluiceway.app.storage import Storage
 from sluiceway.config import load_config
 from sluiceway.core.broker import Broker
-from sluiceway.core.persistence import JournalStore
-from sluiceway.server.session import StompSession
-from sluiceway.server.storage import Storage
-from sluiceway.store.journal import Journal
+from sluiceway.persist.journal import Journal
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.session.session import StompSession
 from sluiceway.testing import BrokerProcess
 
 RESULTS: Final = Path(__file__).parent / "results" / "recovery.json"

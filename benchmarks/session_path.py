@@ -35,11 +35,11 @@ import time
 from typing import Final
 
 from sluiceway import BUILD
+from sluiceway.app.storage import Storage
 from sluiceway.collector import tune_collector
 from sluiceway.config import load_config
 from sluiceway.core.broker import Broker
-from sluiceway.server.session import StompSession
-from sluiceway.server.storage import Storage
+from sluiceway.session.session import StompSession
 
 READ: Final = 100  # SENDs per read
 BODY: Final = b"x" * 1024

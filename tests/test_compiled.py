@@ -13,7 +13,7 @@ from pathlib import Path
 import sluiceway
 import sluiceway.core.broker
 import sluiceway.protocol.codec
-import sluiceway.server.session
+import sluiceway.session.session
 from sluiceway.compiled import MANIFEST, PACKAGE, PURE_VARIABLE, choose
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_set_up_compiles_the_per_message_path() -> None:
     # ./dev installs with the compiled modules (it installs a C compiler when there is none).
     assert sluiceway.BUILD.compiled, sluiceway.BUILD.reason
-    for module in (sluiceway.core.broker, sluiceway.protocol.codec, sluiceway.server.session):
+    for module in (sluiceway.core.broker, sluiceway.protocol.codec, sluiceway.session.session):
         assert module.__file__ is not None
         assert module.__file__.endswith(".so"), module.__file__
     manifest = json.loads((PACKAGE / MANIFEST).read_text())
-    assert "sluiceway.core.subscription" in manifest
-    assert "sluiceway.core.store" not in manifest  # subclassed elsewhere: stays Python
+    assert "sluiceway.core.model.subscription" in manifest
+    assert "sluiceway.core.model.store" not in manifest  # subclassed elsewhere: stays Python
 
 
 def fake_package(tmp_path: Path, body: bytes = b"VALUE = 1\n") -> Path:
@@ -82,7 +82,7 @@ def test_the_source_runs_the_broker_when_asked_for() -> None:
     # moves real messages through a broker and its journal.
     environment = dict(os.environ, **{PURE_VARIABLE: "1"})
     check = (
-        "import sluiceway, sluiceway.core.broker as b, sluiceway.server.session as s;"
+        "import sluiceway, sluiceway.core.broker as b, sluiceway.session.session as s;"
         "assert not sluiceway.BUILD.compiled;"
         "assert b.__file__.endswith('.py') and s.__file__.endswith('.py'), (b.__file__, s.__file__)"
     )

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TypeVar
 
+from sluiceway.app.services import Services
+from sluiceway.app.storage import Storage
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
-from sluiceway.server.services import Services
+from sluiceway.persist.files import OS_FILES, Files
 from sluiceway.server.stomp_server import StompServer
-from sluiceway.server.storage import Storage
-from sluiceway.store.files import OS_FILES, Files
 
 T = TypeVar("T")
 

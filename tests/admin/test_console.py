@@ -29,9 +29,9 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from sluiceway.admin import model
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import Destination
-from sluiceway.core.holding import HeldProducer
-from sluiceway.core.memory import MemoryLevel
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.holding import HeldProducer
+from sluiceway.core.values.memory import MemoryLevel
 from sluiceway.naming import parse_destination
 from sluiceway.security.users import UserFile
 from sluiceway.testing import BrokerThread

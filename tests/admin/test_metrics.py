@@ -11,9 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from sluiceway.admin.history import HistoryWriter
+from sluiceway.app.services import Services
 from sluiceway.core.broker import Broker
 from sluiceway.naming import parse_destination
-from sluiceway.server.services import Services
 from sluiceway.testing import BrokerThread
 from tests.admin.adminhttp import AdminHttp
 from tests.conftest import BrokerFactory

@@ -20,7 +20,7 @@ from sluiceway.client import (
     ResourceFull,
     RetryPolicy,
 )
-from sluiceway.core.holding import HeldProducer
+from sluiceway.core.model.holding import HeldProducer
 from sluiceway.testing import BrokerThread
 from tests.conftest import BrokerFactory
 from tests.e2e.support import WAIT, eventually

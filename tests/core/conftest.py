@@ -9,7 +9,7 @@ import pytest
 
 from sluiceway.config import BrokerConfig, build_config
 from sluiceway.core.broker import Broker
-from sluiceway.store.swap import SwapArea
+from sluiceway.persist.swap import SwapArea
 from sluiceway.testing import FakeClock
 from tests.core.swapping import SEGMENT_SIZE
 

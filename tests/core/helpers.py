@@ -6,10 +6,10 @@ import dataclasses
 
 from sluiceway.core.broker import Broker
 from sluiceway.core.connection import CoreConnection
-from sluiceway.core.flow import ConnectionFlow
-from sluiceway.core.holding import HeldSend
-from sluiceway.core.message import DEFAULT_PRIORITY, Message
-from sluiceway.core.subscription import AckMode, Delivery, Subscription
+from sluiceway.core.model.holding import HeldSend
+from sluiceway.core.model.subscription import AckMode, Delivery, Subscription
+from sluiceway.core.values.flow import ConnectionFlow
+from sluiceway.core.values.message import DEFAULT_PRIORITY, Message
 from sluiceway.errors import BrokerError
 from sluiceway.naming import parse_destination
 

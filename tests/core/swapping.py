@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from sluiceway.store.swap import SwapArea
+from sluiceway.persist.swap import SwapArea
 
 SEGMENT_SIZE: Final = 64 * 1024  # a few chunks per segment
 ENTRY: Final = 12  # bytes of header before each swap entry

@@ -18,17 +18,17 @@ import pytest
 
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
-from sluiceway.core.message import Message
-from sluiceway.core.persistence import JournalStore
-from sluiceway.core.records import RecordType, encode_position, encode_tx
-from sluiceway.core.replay import Recovery
-from sluiceway.core.store import MessageStore
-from sluiceway.core.subscription import AckMode, Delivery
+from sluiceway.core.model.store import MessageStore
+from sluiceway.core.model.subscription import AckMode, Delivery
+from sluiceway.core.values.message import Message
 from sluiceway.errors import BadRequest, InternalError
 from sluiceway.naming import parse_destination
-from sluiceway.store.files import OS_FILES, Files
-from sluiceway.store.journal import Journal, SyncPolicy
-from sluiceway.store.simulated import SimulatedDisk
+from sluiceway.persist.files import OS_FILES, Files
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.records import RecordType, encode_position, encode_tx
+from sluiceway.persist.replay import Recovery
+from sluiceway.persist.simulated import SimulatedDisk
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies
 

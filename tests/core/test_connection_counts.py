@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluiceway.core.connection_counts import ConnectionCounts
+from sluiceway.core.values.connection_counts import ConnectionCounts
 from sluiceway.errors import ResourceFull, Status
 
 

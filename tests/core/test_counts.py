@@ -13,11 +13,11 @@ import pytest
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
-from sluiceway.core.counts import CountLimit
-from sluiceway.core.cursors import CursorRead
-from sluiceway.core.destination import Queue, Topic
-from sluiceway.core.leases import LeaseRead
-from sluiceway.core.subscription import AckMode
+from sluiceway.core.features.cursors import CursorRead
+from sluiceway.core.features.leases import LeaseRead
+from sluiceway.core.model.destination import Queue, Topic
+from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.values.counts import CountLimit
 from sluiceway.errors import ResourceFull
 from sluiceway.naming import parse_destination
 from sluiceway.testing import FakeClock

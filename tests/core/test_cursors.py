@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 import pytest
 
 from sluiceway.core.broker import Broker
-from sluiceway.core.cursors import CursorRead, CursorStart
-from sluiceway.core.destination import Topic
-from sluiceway.core.subscription import AckMode, Delivery
+from sluiceway.core.features.cursors import CursorRead, CursorStart
+from sluiceway.core.model.destination import Topic
+from sluiceway.core.model.subscription import AckMode, Delivery
 from sluiceway.errors import BadRequest, NotFound, ResourceFull
 from sluiceway.naming import parse_destination
 from tests.core.helpers import Client, bodies

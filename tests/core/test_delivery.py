@@ -8,10 +8,10 @@ import pytest
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import Queue
-from sluiceway.core.selector import compile_selector
-from sluiceway.core.store import MemoryStore
-from sluiceway.core.subscription import AckMode
+from sluiceway.core.model.destination import Queue
+from sluiceway.core.model.store import MemoryStore
+from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.values.selector import compile_selector
 from sluiceway.errors import BadRequest, Conflict, Forbidden, NotFound, Status
 from sluiceway.naming import parse_destination
 from sluiceway.testing import FakeClock

@@ -18,15 +18,15 @@ import pytest
 
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import Queue
-from sluiceway.core.disk import DiskGuard, DiskLevel, DiskPressure
-from sluiceway.core.persistence import JournalStore
-from sluiceway.core.subscription import AckMode
+from sluiceway.core.features.disk import DiskGuard, DiskLevel, DiskPressure
+from sluiceway.core.model.destination import Queue
+from sluiceway.core.model.subscription import AckMode
 from sluiceway.errors import InternalError, ResourceFull
 from sluiceway.naming import parse_destination
-from sluiceway.store.journal import Journal, SyncPolicy
-from sluiceway.store.segments import JournalError
-from sluiceway.store.simulated import SimulatedDisk
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.segments import JournalError
+from sluiceway.persist.simulated import SimulatedDisk
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies
 from tests.core.test_stages import stage
@@ -361,7 +361,7 @@ def test_the_guard_logs_each_change_once(caplog: pytest.LogCaptureFixture) -> No
     clock = FakeClock()
     guard = DiskGuard(clock, floor=1000)
     guard.path = "/data/journal"
-    caplog.set_level("INFO", logger="sluiceway.core.disk")
+    caplog.set_level("INFO", logger="sluiceway.core.features.disk")
     guard.observe(0, space=(5000, 10_000))
     guard.observe(4500)  # estimated: 500 bytes free
     guard.observe(4600)

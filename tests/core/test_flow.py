@@ -7,14 +7,14 @@ from collections.abc import Callable, Mapping
 import pytest
 
 from sluiceway.core.broker import Broker
-from sluiceway.core.flow import (
+from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.values.flow import (
     UNLIMITED,
     ConnectionFlow,
     ConsumerFlow,
     effective_limit,
     resume_count,
 )
-from sluiceway.core.subscription import AckMode
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies
 

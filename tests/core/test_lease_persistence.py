@@ -8,9 +8,14 @@ import pytest
 
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
-from sluiceway.core.cursors import CursorRead, CursorStart
-from sluiceway.core.destination import Queue, Topic
-from sluiceway.core.lease_records import (
+from sluiceway.core.features.cursors import CursorRead, CursorStart
+from sluiceway.core.features.leases import LeaseRead
+from sluiceway.core.model.destination import Queue, Topic
+from sluiceway.core.model.subscription import AckMode, Delivery
+from sluiceway.naming import parse_destination
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.lease_records import (
     CursorRecord,
     GroupRecord,
     LeaseRecord,
@@ -30,12 +35,7 @@ from sluiceway.core.lease_records import (
     encode_lease_mark,
     encode_lease_snapshot,
 )
-from sluiceway.core.leases import LeaseRead
-from sluiceway.core.persistence import JournalStore
-from sluiceway.core.records import RecordError, RecordType
-from sluiceway.core.subscription import AckMode, Delivery
-from sluiceway.naming import parse_destination
-from sluiceway.store.journal import Journal, SyncPolicy
+from sluiceway.persist.records import RecordError, RecordType
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sluiceway.core.leased import LeasedMessages
-from sluiceway.core.memory import MemoryLedger, message_cost
-from sluiceway.core.message import Message
-from sluiceway.core.pending import CHUNK_MESSAGES
+from sluiceway.core.containers.pending import CHUNK_MESSAGES
+from sluiceway.core.features.leased import LeasedMessages
+from sluiceway.core.values.memory import MemoryLedger, message_cost
+from sluiceway.core.values.message import Message
 from sluiceway.naming import parse_destination
-from sluiceway.store.swap import SwapArea
+from sluiceway.persist.swap import SwapArea
 from tests.core.swapping import assert_swap_empty
 
 QUEUE = parse_destination("/queue/q")

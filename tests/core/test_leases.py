@@ -7,11 +7,11 @@ from collections.abc import Callable, Mapping
 import pytest
 
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import Queue
-from sluiceway.core.dmq import DMQ_NAME
-from sluiceway.core.leases import LeaseRead
-from sluiceway.core.store import MemoryStore
-from sluiceway.core.subscription import AckMode, Delivery
+from sluiceway.core.features.dead_letters import DMQ_NAME
+from sluiceway.core.features.leases import LeaseRead
+from sluiceway.core.model.destination import Queue
+from sluiceway.core.model.store import MemoryStore
+from sluiceway.core.model.subscription import AckMode, Delivery
 from sluiceway.errors import BadRequest, Gone, NotFound, ResourceFull
 from sluiceway.naming import parse_destination
 from sluiceway.testing import FakeClock

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from sluiceway.core.liveness import Liveness, LivenessError
+from sluiceway.persist.liveness import Liveness, LivenessError
 
 
 class Model:

@@ -26,9 +26,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from sluiceway.core.memory import MemoryLedger, message_cost
-from sluiceway.core.message import Message
-from sluiceway.core.pending import (
+from sluiceway.core.containers.pending import (
     CHUNK_BYTES,
     CHUNK_MESSAGES,
     PRIORITY_LEVELS,
@@ -37,9 +35,11 @@ from sluiceway.core.pending import (
     decode_chunk,
     encode_chunk,
 )
-from sluiceway.core.records import encode_message
+from sluiceway.core.values.memory import MemoryLedger, message_cost
+from sluiceway.core.values.message import Message
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.store.swap import SwapArea
+from sluiceway.persist.records import encode_message
+from sluiceway.persist.swap import SwapArea
 from tests.core.helpers import message_fields as fields
 from tests.core.swapping import SEGMENT_SIZE, assert_swap_empty
 

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.core.message import Message
-from sluiceway.core.persistence import RUN_MAX, JournalStore
-from sluiceway.core.records import (
+from sluiceway.core.values.message import Message
+from sluiceway.naming import DestinationKind, DestinationName
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.journal_store import RUN_MAX, JournalStore
+from sluiceway.persist.records import (
     DurableRecord,
     RecordType,
     Unstorable,
@@ -17,10 +19,8 @@ from sluiceway.core.records import (
     encode_message,
     encode_tx,
 )
-from sluiceway.core.replay import Recovery
-from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.store.journal import Journal, SyncPolicy
-from sluiceway.store.segments import CorruptJournal, JournalError
+from sluiceway.persist.replay import Recovery
+from sluiceway.persist.segments import CorruptJournal, JournalError
 
 QUEUE = DestinationName(DestinationKind.QUEUE, "q")
 TOPIC = DestinationName(DestinationKind.TOPIC, "t")

@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 import pytest
 
 from sluiceway.core.broker import Broker, PauseTarget
-from sluiceway.core.memory import MemoryLevel
-from sluiceway.core.subscription import AckMode
+from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.values.memory import MemoryLevel
 from sluiceway.errors import ResourceFull
 from sluiceway.naming import parse_destination
 from sluiceway.testing import FakeClock

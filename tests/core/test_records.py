@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluiceway.core.message import Message
-from sluiceway.core.records import RecordError, decode_message, encode_message, peek_message
+from sluiceway.core.values.message import Message
+from sluiceway.persist.records import RecordError, decode_message, encode_message, peek_message
 from tests.core.helpers import message_fields as fields
 from tests.core.test_pending import MESSAGES, ROUND_TRIP
 

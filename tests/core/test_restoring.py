@@ -11,14 +11,14 @@ import pytest
 
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import Queue, Topic
-from sluiceway.core.message import Message
-from sluiceway.core.persistence import JournalStore
-from sluiceway.core.replay import Recovery
-from sluiceway.core.subscription import AckMode
+from sluiceway.core.model.destination import Queue, Topic
+from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.values.message import Message
 from sluiceway.naming import parse_destination
-from sluiceway.store.journal import Journal, SyncPolicy
-from sluiceway.store.swap import SwapArea
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.replay import Recovery
+from sluiceway.persist.swap import SwapArea
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, message_fields
 from tests.core.test_stages import stage

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sluiceway.core.message import Message
-from sluiceway.core.selector import (
+from sluiceway.core.values.message import Message
+from sluiceway.core.values.selector import (
     MAX_NESTING,
     MAX_SELECTOR_LENGTH,
     Selector,

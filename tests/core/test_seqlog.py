@@ -15,12 +15,12 @@ from typing import Final
 
 import pytest
 
-from sluiceway.core.memory import MemoryLedger, message_cost
-from sluiceway.core.message import Message
-from sluiceway.core.pending import CHUNK_BYTES, CHUNK_MESSAGES
-from sluiceway.core.seqlog import SeqLog
+from sluiceway.core.containers.pending import CHUNK_BYTES, CHUNK_MESSAGES
+from sluiceway.core.containers.seqlog import SeqLog
+from sluiceway.core.values.memory import MemoryLedger, message_cost
+from sluiceway.core.values.message import Message
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.store.swap import SwapArea
+from sluiceway.persist.swap import SwapArea
 from tests.core.helpers import message_fields as fields
 from tests.core.swapping import assert_swap_empty
 

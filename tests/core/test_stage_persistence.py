@@ -13,10 +13,14 @@ import pytest
 
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import Queue, Topic
-from sluiceway.core.persistence import JournalStore
-from sluiceway.core.records import RecordType
-from sluiceway.core.stage_records import (
+from sluiceway.core.features.stages import StageState
+from sluiceway.core.model.destination import Queue, Topic
+from sluiceway.core.model.subscription import AckMode
+from sluiceway.naming import parse_destination
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.records import RecordType
+from sluiceway.persist.stage_records import (
     CommitRecord,
     OpenStage,
     PublishedStage,
@@ -35,10 +39,6 @@ from sluiceway.core.stage_records import (
     encode_open,
     encode_snapshot,
 )
-from sluiceway.core.stages import StageState
-from sluiceway.core.subscription import AckMode
-from sluiceway.naming import parse_destination
-from sluiceway.store.journal import Journal, SyncPolicy
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client
 from tests.core.test_stages import QUEUE, TOPIC, stage

@@ -14,15 +14,15 @@ import pytest
 
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import Destination, Queue, Topic
-from sluiceway.core.memory import MESSAGE_OVERHEAD, MemoryLedger
-from sluiceway.core.message import Message
-from sluiceway.core.stage_records import StageName
-from sluiceway.core.stages import StagedMessages, StagedSend, StageState
-from sluiceway.core.subscription import AckMode
+from sluiceway.core.features.stages import StagedMessages, StagedSend, StageState
+from sluiceway.core.model.destination import Destination, Queue, Topic
+from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.values.memory import MESSAGE_OVERHEAD, MemoryLedger
+from sluiceway.core.values.message import Message
 from sluiceway.errors import BrokerError, Conflict, Forbidden, ResourceFull
 from sluiceway.naming import parse_destination
-from sluiceway.store.swap import SwapArea
+from sluiceway.persist.stage_records import StageName
+from sluiceway.persist.swap import SwapArea
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client
 from tests.core.swapping import assert_swap_empty

@@ -16,8 +16,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
-from sluiceway.core.flow import UNLIMITED_STAGING
-from sluiceway.core.subscription import AckMode, Delivery, Subscription
+from sluiceway.core.model.subscription import AckMode, Delivery, Subscription
+from sluiceway.core.values.flow import UNLIMITED_STAGING
 from sluiceway.errors import BrokerError
 from sluiceway.naming import parse_destination
 from sluiceway.testing import FakeClock

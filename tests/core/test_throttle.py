@@ -15,10 +15,10 @@ import pytest
 
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import Queue, Topic
-from sluiceway.core.message import Message
-from sluiceway.core.subscription import AckMode
-from sluiceway.core.throttle import Throttle
+from sluiceway.core.model.destination import Queue, Topic
+from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.values.message import Message
+from sluiceway.core.values.throttle import Throttle
 from sluiceway.naming import parse_destination
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client

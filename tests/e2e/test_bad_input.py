@@ -552,6 +552,6 @@ def test_fuzz_random_and_mutated_bytes_never_hurt_the_broker(
     crashes = [
         r
         for r in caplog.records
-        if r.levelno >= logging.ERROR and r.name in ("asyncio", "sluiceway.server.session")
+        if r.levelno >= logging.ERROR and r.name in ("asyncio", "sluiceway.session.session")
     ]
     assert crashes == [], [r.getMessage() for r in crashes]

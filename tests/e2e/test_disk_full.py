@@ -297,7 +297,7 @@ def shows_full_everywhere(broker: BrokerProcess) -> None:
     rows = pairs(shown.out)
     assert rows["Disk State"] == "FULL"
     assert "persistent messages are held" in rows["Disk State Reason"]
-    assert " ERROR sluiceway.core.disk: disk full: the journal cannot write" in broker.log
+    assert " ERROR sluiceway.core.features.disk: disk full: the journal cannot write" in broker.log
 
 
 def resumes_and_recovers(
@@ -306,7 +306,7 @@ def resumes_and_recovers(
     disk.free(broker)
     wait_state(broker, "ok")
     producer.wait_receipts(ORDERS)  # the held SENDs were accepted, and are on disk
-    assert " INFO sluiceway.core.disk: disk ok again after " in broker.log
+    assert " INFO sluiceway.core.features.disk: disk ok again after " in broker.log
     wait_until(lambda: queue_count(broker, BACKLOG[len("/queue/") :]) == 0, WAIT)
     producer.close()
     broker.kill()  # nothing is flushed at the end: what a RECEIPT confirmed must be on disk
@@ -356,7 +356,7 @@ def test_a_full_tmpfs_holds_persistent_producers_and_resumes_by_itself(
     tmpfs.free(broker)
     wait_state(broker, "ok")
     producer.wait_receipts(LOW)
-    assert " WARNING sluiceway.core.disk: disk low: the disk holding " in broker.log
+    assert " WARNING sluiceway.core.features.disk: disk low: the disk holding " in broker.log
 
     # Full: the journal's own writes fail.
     status, _ = api(

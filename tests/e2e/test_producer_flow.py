@@ -19,7 +19,7 @@ import pytest
 
 from sluiceway.client import AckMode, ConnectionFactory, Message, ResourceFull
 from sluiceway.core.broker import Broker, PauseTarget
-from sluiceway.core.holding import HeldProducer
+from sluiceway.core.model.holding import HeldProducer
 from sluiceway.errors import Forbidden
 from sluiceway.naming import parse_destination
 from sluiceway.protocol.codec import encode_frame

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import stomp
 
-from sluiceway.core.flow import DEFAULT_CONNECTION_FLOW_COUNT, DEFAULT_CONNECTION_FLOW_LIMIT
+from sluiceway.core.values.flow import DEFAULT_CONNECTION_FLOW_COUNT, DEFAULT_CONNECTION_FLOW_LIMIT
 from sluiceway.protocol.codec import encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
 from sluiceway.testing import BrokerThread

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import Destination
-from sluiceway.core.holding import HeldProducer
-from sluiceway.core.memory import MemoryLevel
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.holding import HeldProducer
+from sluiceway.core.values.memory import MemoryLevel
 from sluiceway.naming import parse_destination
 from sluiceway.testing import BrokerThread
 from tests.e2e.conftest import BrokerFactory, ClientFactory
@@ -245,7 +245,7 @@ def produce_until_held(broker: BrokerThread, producer: Any, recorder: Recorder) 
 def test_memory_levels_rise_refuse_new_producers_hold_old_ones_and_fall(
     make_broker: BrokerFactory, clients: ClientFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="sluiceway.core.memory")
+    caplog.set_level(logging.INFO, logger="sluiceway.core.values.memory")
     broker = make_broker(MEMORY)
     assert broker.call(lambda: core(broker).ledger.policy.budget) == BUDGET
     producer, recorder = connect(broker.port)
@@ -256,7 +256,7 @@ def test_memory_levels_rise_refuse_new_producers_hold_old_ones_and_fall(
     assert info.limit == "imq.memory.budget"
     assert info.destination == "/queue/mem"
 
-    rising = [r for r in caplog.records if r.name == "sluiceway.core.memory"]
+    rising = [r for r in caplog.records if r.name == "sluiceway.core.values.memory"]
     messages = [r.getMessage() for r in rising]
     assert any(m.startswith("memory level GREEN -> YELLOW") for m in messages), messages
     assert any("-> RED" in m for m in messages), messages
@@ -294,7 +294,8 @@ def test_memory_levels_rise_refuse_new_producers_hold_old_ones_and_fall(
     falling = [
         r
         for r in caplog.records
-        if r.name == "sluiceway.core.memory" and r.getMessage().startswith("memory level RED ->")
+        if r.name == "sluiceway.core.values.memory"
+        and r.getMessage().startswith("memory level RED ->")
     ]
     assert falling
     assert all(r.levelno == logging.INFO for r in falling)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.store.simulated import SimulatedDisk
+from sluiceway.persist.simulated import SimulatedDisk
 from sluiceway.testing import FakeClock
 from tests.persistence.inprocess import Node
 from tests.persistence.raw import close_all

@@ -14,16 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from sluiceway.app.storage import Storage
 from sluiceway.config import build_config
-from sluiceway.core.persistence import JournalStore
-from sluiceway.core.replay import Recovery
 from sluiceway.errors import InternalError
+from sluiceway.persist.journal import Journal
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.replay import Recovery
+from sluiceway.persist.simulated import SimulatedDisk
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame
-from sluiceway.server.session import StompSession
-from sluiceway.server.storage import Storage
-from sluiceway.store.journal import Journal
-from sluiceway.store.simulated import SimulatedDisk
+from sluiceway.session.session import StompSession
 from sluiceway.testing import FakeClock
 
 WRITE_CHUNK = 32  # MESSAGE frames taken at a time, as the I/O layer does

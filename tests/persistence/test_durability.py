@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from sluiceway.client import ConnectionFactory
-from sluiceway.core.destination import Topic
-from sluiceway.core.persistence import JournalStore
+from sluiceway.core.model.destination import Topic
 from sluiceway.naming import DestinationKind, DestinationName
+from sluiceway.persist.journal_store import JournalStore
 from sluiceway.testing import BrokerProcess, BrokerThread
 from tests.e2e.stomppy import connect, subscribe, sync, with_receipt
 from tests.persistence.raw import client, drain, send

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.store.simulated import SimulatedDisk
+from sluiceway.persist.simulated import SimulatedDisk
 from tests.persistence.conftest import StartNode
 
 

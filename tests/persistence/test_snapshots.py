@@ -15,8 +15,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from sluiceway.core.records import RecordType
-from sluiceway.store.simulated import SimulatedDisk
+from sluiceway.persist.records import RecordType
+from sluiceway.persist.simulated import SimulatedDisk
 from tests.persistence.conftest import StartNode
 from tests.persistence.inprocess import Link, Node
 

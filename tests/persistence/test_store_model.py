@@ -40,10 +40,10 @@ from hypothesis.stateful import (
     rule,
 )
 
+from sluiceway.app.storage import StorageError
+from sluiceway.persist.segments import JournalError
+from sluiceway.persist.simulated import SimulatedCrash, SimulatedDisk
 from sluiceway.protocol.frames import Frame
-from sluiceway.server.storage import StorageError
-from sluiceway.store.segments import JournalError
-from sluiceway.store.simulated import SimulatedCrash, SimulatedDisk
 from sluiceway.testing import FakeClock
 from tests.persistence.inprocess import Link, Node
 from tests.persistence.ledger import KEPT, Ledger, Message, Op, Slot, Stop

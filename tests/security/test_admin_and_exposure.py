@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from sluiceway.app.services import check_exposure
 from sluiceway.config import build_config
 from sluiceway.errors import ConfigError
-from sluiceway.server.services import check_exposure
 from sluiceway.testing import BrokerProcess
 from tests.e2e.rawclient import RawClient
 from tests.security.conftest import PASSWORDS, RULES, USERS, Secured, SecuredFactory

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sluiceway.core.broker import Broker
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame
-from sluiceway.server.session import StompSession
+from sluiceway.session.session import StompSession
 
 
 class Peer:

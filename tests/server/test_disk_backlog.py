@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from sluiceway.core.broker import Broker
-from sluiceway.core.disk import DiskLevel
-from sluiceway.store.simulated import SimulatedDisk
+from sluiceway.core.features.disk import DiskLevel
+from sluiceway.persist.simulated import SimulatedDisk
 from sluiceway.testing import BrokerThread
 from tests.e2e.rawclient import RawClient
 from tests.e2e.support import connection_infos, wait_until

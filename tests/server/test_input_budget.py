@@ -11,7 +11,7 @@ from functools import partial
 import pytest
 
 from sluiceway.config import build_config
-from sluiceway.core.memory import LevelPolicy, MemoryLedger
+from sluiceway.core.values.memory import LevelPolicy, MemoryLedger
 from sluiceway.errors import FrameLimitExceeded
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame

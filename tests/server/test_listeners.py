@@ -12,10 +12,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from sluiceway.app.services import Services
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
 from sluiceway.errors import ConfigError
-from sluiceway.server.services import Services
 from sluiceway.testing import BrokerProcess, BrokerThread
 from tests.cli.support import get, pairs, run_cmd, table_rows
 from tests.conftest import BrokerFactory

@@ -15,7 +15,7 @@ import pytest
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.naming import parse_destination
-from sluiceway.server.session import SessionState
+from sluiceway.session.session import SessionState
 from sluiceway.testing import FakeClock
 from tests.server.peer import Peer
 

@@ -11,15 +11,15 @@ from typing import Any
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
-from sluiceway.core.flow import ConnectionFlow
-from sluiceway.core.message import Message
-from sluiceway.core.store import MemoryStore
+from sluiceway.core.model.store import MemoryStore
+from sluiceway.core.values.flow import ConnectionFlow
+from sluiceway.core.values.message import Message
 from sluiceway.naming import parse_destination
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
 from sluiceway.server.connection import UNMETERED_TURN, WRITE_CAP_FACTOR, StompProtocol
-from sluiceway.server.session import MAX_WAITING_CONTROL
 from sluiceway.server.stomp_server import StompServer
+from sluiceway.session.session import MAX_WAITING_CONTROL
 from tests.e2e.support import loop_turns, turns_until
 
 

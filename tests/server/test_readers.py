@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from sluiceway.core.cursors import CursorRead, CursorStart
-from sluiceway.core.leases import LeaseRead
+from sluiceway.core.features.cursors import CursorRead, CursorStart
+from sluiceway.core.features.leases import LeaseRead
 from sluiceway.errors import BadRequest
 from sluiceway.protocol.frames import Frame
-from sluiceway.server.readers import is_position_ack, lease_name, read_request
+from sluiceway.session.readers import is_position_ack, lease_name, read_request
 
 
 def subscribe(**headers: str) -> Frame:

@@ -6,12 +6,12 @@ import pytest
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
-from sluiceway.core.subscription import AckMode
+from sluiceway.core.model.subscription import AckMode
 from sluiceway.errors import LocalProtocolError
 from sluiceway.naming import parse_destination
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.server.render import _message_frame, message_frame, receipt_frame
+from sluiceway.session.render import _message_frame, message_frame, receipt_frame
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client
 

@@ -8,7 +8,7 @@ from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.protocol.codec import encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.server.session import SessionState
+from sluiceway.session.session import SessionState
 from sluiceway.testing import FakeClock
 from tests.server.peer import Peer
 

@@ -21,10 +21,10 @@ import stomp
 import trustme
 from cryptography.hazmat.primitives import serialization
 
+from sluiceway.app.services import Services
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
 from sluiceway.errors import ConfigError
-from sluiceway.server.services import Services
 from sluiceway.server.tls import server_context
 from sluiceway.testing import BrokerProcess, BrokerThread
 from tests.conftest import BrokerFactory

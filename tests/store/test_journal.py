@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.store.journal import Journal, SyncPolicy
-from sluiceway.store.segments import CorruptJournal, JournalError, Position, Record
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.segments import CorruptJournal, JournalError, Position, Record
 from tests.e2e.support import wait_until
 
 WAIT = 10.0  # seconds any wait on the fsync thread may take before the test fails

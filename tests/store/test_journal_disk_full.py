@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluiceway.store.journal import Journal, SyncPolicy
-from sluiceway.store.segments import JournalError, JournalWriteError
-from sluiceway.store.simulated import SimulatedDisk
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.segments import JournalError, JournalWriteError
+from sluiceway.persist.simulated import SimulatedDisk
 
 DIRECTORY = Path("/data/journal")
 SEGMENT = DIRECTORY / f"{1:020d}.log"

@@ -23,8 +23,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from sluiceway.store.journal import Journal, SyncPolicy
-from sluiceway.store.segments import Position, Record
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.segments import Position, Record
 
 SEGMENT_SIZE = 160  # bytes: a few records per segment, so operations cross segments often
 RECORDS = st.lists(st.tuples(st.integers(0, 255), st.binary(max_size=70)), min_size=1, max_size=6)

@@ -20,8 +20,8 @@ from pathlib import Path
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from sluiceway.store.journal import Journal, SyncPolicy
-from sluiceway.store.simulated import SimulatedCrash, SimulatedDisk
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.simulated import SimulatedCrash, SimulatedDisk
 
 DIRECTORY = Path("/data/journal")
 SEGMENT_SIZE = 200  # bytes: a few records per segment

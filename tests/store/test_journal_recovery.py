@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.store.journal import Journal, SyncPolicy
-from sluiceway.store.segments import CorruptJournal, JournalError, Position, Record
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.segments import CorruptJournal, JournalError, Position, Record
 
 
 class Journals:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.store.simulated import SimulatedDisk
+from sluiceway.persist.simulated import SimulatedDisk
 
 ROOT = Path("/disk")
 FILE = ROOT / "f"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.store.swap import SwapArea, SwapError, SwapRef
+from sluiceway.persist.swap import SwapArea, SwapError, SwapRef
 
 ENTRY = 12  # header bytes before each entry's data
 

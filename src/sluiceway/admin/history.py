@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from sluiceway.admin import model
-from sluiceway.core.destination import Destination
+from sluiceway.core.model.destination import Destination
 
 if TYPE_CHECKING:
-    from sluiceway.server.services import Services
+    from sluiceway.app.services import Services
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from sluiceway.server.httpguard import ConnectionGuard, guard_middleware, http_k
 from sluiceway.server.stomp_server import find_session
 
 if TYPE_CHECKING:
-    from sluiceway.server.services import Services
+    from sluiceway.app.services import Services
 
 log = logging.getLogger(__name__)
 

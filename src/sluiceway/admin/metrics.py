@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Final
 from sluiceway.admin.model import subscriptions_of
 from sluiceway.config import BROKER_PROPERTIES
 from sluiceway.core.broker import Broker
-from sluiceway.core.counts import CountLimit
-from sluiceway.core.destination import Destination, DestinationStats, Topic
+from sluiceway.core.model.destination import Destination, DestinationStats, Topic
+from sluiceway.core.values.counts import CountLimit
 from sluiceway.naming import DestinationName
 
 if TYPE_CHECKING:
-    from sluiceway.server.services import Services
+    from sluiceway.app.services import Services
 
 RATE_WINDOW: Final = 5  # seconds over which rates are measured
 

@@ -16,16 +16,16 @@ from sluiceway import __version__
 from sluiceway.config import BROKER_PROPERTIES, DESTINATION_PROPERTIES
 from sluiceway.config.properties import format_default
 from sluiceway.core.broker import Broker
-from sluiceway.core.destination import Destination, Queue, Topic
-from sluiceway.core.dmq import DMQ_NAME
-from sluiceway.core.durable import DurableSubscription
-from sluiceway.core.memory import MemoryLevel
-from sluiceway.core.subscription import QueueSubscription, Subscription
+from sluiceway.core.features.dead_letters import DMQ_NAME
+from sluiceway.core.model.destination import Destination, Queue, Topic
+from sluiceway.core.model.durable import DurableSubscription
+from sluiceway.core.model.subscription import QueueSubscription, Subscription
+from sluiceway.core.values.memory import MemoryLevel
 from sluiceway.naming import DestinationKind
 
 if TYPE_CHECKING:
     from sluiceway.admin.metrics import CountTrend, DestinationTrend
-    from sluiceway.server.services import Services
+    from sluiceway.app.services import Services
 
 
 def to_json(value: Any) -> Any:

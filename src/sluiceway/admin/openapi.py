@@ -16,7 +16,7 @@ from aiohttp import web
 
 from sluiceway import __version__
 from sluiceway.admin import metrics, model
-from sluiceway.core.holding import HeldProducer
+from sluiceway.core.model.holding import HeldProducer
 
 if TYPE_CHECKING:
     from sluiceway.admin.http import AdminServer

@@ -24,15 +24,15 @@ from prometheus_client.registry import Collector
 
 from sluiceway import __version__
 from sluiceway.admin import model
-from sluiceway.core.destination import Topic
-from sluiceway.core.disk import DiskLevel, DiskStatus
-from sluiceway.core.holding import HOLD_BUCKETS
-from sluiceway.core.memory import MemoryLevel
+from sluiceway.core.features.disk import DiskLevel, DiskStatus
+from sluiceway.core.model.destination import Topic
+from sluiceway.core.model.holding import HOLD_BUCKETS
+from sluiceway.core.values.memory import MemoryLevel
 
 if TYPE_CHECKING:
     from sluiceway.admin.http import AdminServer
+    from sluiceway.app.services import Services
     from sluiceway.core.broker import Broker
-    from sluiceway.server.services import Services
 
 _COUNTERS = (
     ("msgs_in", "messages_in", "Messages accepted from producers"),

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluiceway.analysis.results import Collected, ConsumerStats, DestinationStats, Distribution
-from sluiceway.core.flow import (
+from sluiceway.core.values.flow import (
     DEFAULT_CONSUMER_FLOW_LIMIT,
     DEFAULT_CONSUMER_FLOW_THRESHOLD,
     resume_count,

@@ -19,32 +19,26 @@ from sluiceway.config import (
     change_settings,
     update_config,
 )
-from sluiceway.core.clock import Clock, SystemClock
 from sluiceway.core.connection import CoreConnection
-from sluiceway.core.connection_counts import ConnectionCounts
-from sluiceway.core.context import Context
-from sluiceway.core.counts import CountRefusals
-from sluiceway.core.cursors import Cursors
-from sluiceway.core.destination import Destination, Queue, Topic
-from sluiceway.core.disk import DiskGuard
-from sluiceway.core.dmq import DMQ_NAME, DMQ_SETTINGS
-from sluiceway.core.durable import DurableState
-from sluiceway.core.flow import ConnectionFlow
-from sluiceway.core.lease_records import encode_lease_snapshot
-from sluiceway.core.leases import Leases
-from sluiceway.core.memory import MemoryLedger, MemoryLevel, level_policy, swap_point
-from sluiceway.core.pending import Spill
-from sluiceway.core.persistence import JournalStore
-from sluiceway.core.producers import ProducerControl
-from sluiceway.core.records import DurableRecord, RecordType
-from sluiceway.core.registry import DestinationRegistry
-from sluiceway.core.replay import Recovery
-from sluiceway.core.restoring import Restorer
-from sluiceway.core.selector import compile_selector
-from sluiceway.core.stage_journal import StageJournal
-from sluiceway.core.stages import StageArea
-from sluiceway.core.store import MemoryStore, MessageStore
-from sluiceway.core.subscription import MessageFilter
+from sluiceway.core.containers.pending import Spill
+from sluiceway.core.features.cursors import Cursors
+from sluiceway.core.features.dead_letters import DMQ_NAME, DMQ_SETTINGS
+from sluiceway.core.features.disk import DiskGuard
+from sluiceway.core.features.leases import Leases
+from sluiceway.core.features.producers import ProducerControl
+from sluiceway.core.features.stages import StageArea
+from sluiceway.core.model.context import Context
+from sluiceway.core.model.destination import Destination, Queue, Topic
+from sluiceway.core.model.durable import DurableState
+from sluiceway.core.model.registry import DestinationRegistry
+from sluiceway.core.model.store import MemoryStore, MessageStore
+from sluiceway.core.model.subscription import MessageFilter
+from sluiceway.core.values.clock import Clock, SystemClock
+from sluiceway.core.values.connection_counts import ConnectionCounts
+from sluiceway.core.values.counts import CountRefusals
+from sluiceway.core.values.flow import ConnectionFlow
+from sluiceway.core.values.memory import MemoryLedger, MemoryLevel, level_policy, swap_point
+from sluiceway.core.values.selector import compile_selector
 from sluiceway.errors import (
     BadRequest,
     ConfigError,
@@ -54,7 +48,13 @@ from sluiceway.errors import (
     ResourceFull,
 )
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.store.segments import JournalWriteError
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.lease_records import encode_lease_snapshot
+from sluiceway.persist.records import DurableRecord, RecordType
+from sluiceway.persist.replay import Recovery
+from sluiceway.persist.restoring import Restorer
+from sluiceway.persist.segments import JournalWriteError
+from sluiceway.persist.stage_journal import StageJournal
 
 log = logging.getLogger(__name__)
 

@@ -13,17 +13,16 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from sluiceway.core.cursors import CursorRead
-from sluiceway.core.destination import Destination, Queue, Topic
-from sluiceway.core.durable import DurableState, DurableSubscription
-from sluiceway.core.flow import ConnectionFlow, ConsumerFlow
-from sluiceway.core.holding import HeldQueue, HeldSend
-from sluiceway.core.leased import LeaseReader
-from sluiceway.core.leases import LeaseRead
-from sluiceway.core.limits import check_size
-from sluiceway.core.message import Message
-from sluiceway.core.stages import StagedSend
-from sluiceway.core.subscription import (
+from sluiceway.core.features.cursors import CursorRead
+from sluiceway.core.features.leased import LeaseReader
+from sluiceway.core.features.leases import LeaseRead
+from sluiceway.core.features.limits import check_size
+from sluiceway.core.features.stages import StagedSend
+from sluiceway.core.features.transaction import OpenTransactions
+from sluiceway.core.model.destination import Destination, Queue, Topic
+from sluiceway.core.model.durable import DurableState, DurableSubscription
+from sluiceway.core.model.holding import HeldQueue, HeldSend
+from sluiceway.core.model.subscription import (
     AckMode,
     BrowserSubscription,
     Delivery,
@@ -33,10 +32,11 @@ from sluiceway.core.subscription import (
     TopicBrowserSubscription,
     TopicSubscription,
 )
-from sluiceway.core.transaction import OpenTransactions
+from sluiceway.core.values.flow import ConnectionFlow, ConsumerFlow
+from sluiceway.core.values.message import Message
 from sluiceway.errors import BadRequest, BrokerError, Conflict, InternalError, ResourceFull
 from sluiceway.naming import DestinationName
-from sluiceway.store.segments import JournalError
+from sluiceway.persist.segments import JournalError
 
 if TYPE_CHECKING:
     from sluiceway.core.broker import Broker

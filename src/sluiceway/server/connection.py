@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, cast
 
 from sluiceway.errors import BadRequest, BrokerError, InternalError
 from sluiceway.server.input_budget import InputBudget
-from sluiceway.server.render import error_frame
-from sluiceway.server.session import SessionState, StompSession
+from sluiceway.session.render import error_frame
+from sluiceway.session.session import SessionState, StompSession
 
 if TYPE_CHECKING:
     from sluiceway.server.stomp_server import StompServer

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Final
 
 from sluiceway.config import BrokerConfig
-from sluiceway.core.memory import MemoryLedger
+from sluiceway.core.values.memory import MemoryLedger
 from sluiceway.errors import (
     BadRequest,
     BrokerError,

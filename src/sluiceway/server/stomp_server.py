@@ -17,12 +17,12 @@ from typing import Final
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
-from sluiceway.core.connection_counts import MAX_CONNECTIONS, MAX_PER_ADDRESS
+from sluiceway.core.values.connection_counts import MAX_CONNECTIONS, MAX_PER_ADDRESS
 from sluiceway.errors import BrokerError
 from sluiceway.security.access import Gate
 from sluiceway.server.connection import ConnectionInfo, StompProtocol, Traffic
 from sluiceway.server.input_budget import CONNECT_FRAME_SIZE, INPUT_MAX, INPUT_TOTAL_MAX
-from sluiceway.server.session import StompSession
+from sluiceway.session.session import StompSession
 
 log = logging.getLogger(__name__)
 

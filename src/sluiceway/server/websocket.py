@@ -58,8 +58,8 @@ from sluiceway.server.httpguard import ConnectionGuard, GuardLimits, handling, h
 from sluiceway.server.stomp_server import StompServer
 
 if TYPE_CHECKING:
+    from sluiceway.app.services import Services
     from sluiceway.core.broker import Broker
-    from sluiceway.server.services import Services
 
 log = logging.getLogger(__name__)
 

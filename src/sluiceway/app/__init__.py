@@ -1,0 +1,1 @@
+"""The wiring on top: storage opened, the broker built, listeners and admin services started."""

@@ -1,0 +1,77 @@
+"""The dead message queue, `/queue/mq.sys.dmq`: where messages that will never be delivered go.
+
+A message is dead when it expired before delivery, was evicted from a full destination
+(REMOVE_OLDEST / REMOVE_LOW_PRIORITY), or was delivered `maxDeliveryCount` times without being
+acknowledged. If its destination has `useDMQ` (the default), a copy goes to the dead message queue
+with the `JMS_SUN_DMQ_*` properties as headers (reason, timestamp, comment, delivery count,
+original destination), no expiration, and no body when `imq.destination.DMQ.truncateBody` is set.
+
+The queue itself has Open MQ's settings: 1000 messages, 10 MiB, REMOVE_OLDEST (what overflows is
+discarded, never sent on), no per-message limit; it cannot be destroyed, paused, or set to
+FLOW_CONTROL, so making a message dead never blocks anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+from sluiceway.config import DestinationSettings, LimitBehavior
+from sluiceway.core.values.message import Message
+from sluiceway.naming import DestinationKind, DestinationName
+
+DMQ_NAME: Final = DestinationName(DestinationKind.QUEUE, "mq.sys.dmq")
+
+DMQ_SETTINGS: Final = DestinationSettings(
+    max_num_msgs=1000,
+    max_total_msg_bytes=10 * 1024 * 1024,
+    max_bytes_per_msg=-1,
+    limit_behavior=LimitBehavior.REMOVE_OLDEST,
+    use_dmq=False,
+    consumer_flow_limit=1000,
+)
+
+# Dead reasons (JMS_SUN_DMQ_UNDELIVERED_REASON), as Open MQ names them.
+EXPIRED: Final = "EXPIRED"
+OLDEST: Final = "OLDEST"
+LOW_PRIORITY: Final = "LOW_PRIORITY"
+UNDELIVERABLE: Final = "UNDELIVERABLE"
+
+_PREFIX: Final = "JMS_SUN_DMQ_"
+
+
+def dead_copy(
+    message: Message,
+    *,
+    message_id: str,
+    reason: str,
+    comment: str,
+    now_ms: int,
+    broker: str,
+    truncate: bool,
+) -> Message:
+    """The copy of `message` that goes to the dead message queue."""
+    headers = tuple((k, v) for k, v in message.headers if not k.startswith(_PREFIX))
+    headers += (
+        (f"{_PREFIX}UNDELIVERED_REASON", reason),
+        (f"{_PREFIX}UNDELIVERED_TIMESTAMP", str(now_ms)),
+        (f"{_PREFIX}UNDELIVERED_COMMENT", comment),
+        (f"{_PREFIX}UNDELIVERED_DESTINATION", message.destination.path),
+        (f"{_PREFIX}DELIVERY_COUNT", str(message.delivery_count)),
+        (f"{_PREFIX}DEAD_BROKER", broker),
+        (f"{_PREFIX}BODY_TRUNCATED", "true" if truncate else "false"),
+        ("original-message-id", message.id),
+    )
+    return dataclasses.replace(
+        message,
+        id=message_id,
+        destination=DMQ_NAME,
+        body=b"" if truncate else message.body,
+        headers=headers,
+        expires=0,
+        seq=0,
+        delivery_count=0,
+        location=0,
+        marks=None,
+        dead=False,
+    )

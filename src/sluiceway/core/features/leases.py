@@ -1,0 +1,490 @@
+"""Queue leases: numbered batches taken out of a queue for one reader, consumed or given back later.
+
+A lease (docs/pipelines-protocol.md, "Queue leases") is what a consumer's delivered and
+unacknowledged messages are, owned by a name `GROUP/N` instead of a connection: reading it takes
+messages from the head of the queue, in queue order (up to `lease-max-messages` and
+`lease-max-bytes`, capped by imq.lease.max_messages and imq.lease.max_bytes); reading it again
+returns the same messages. Acknowledging it consumes them; releasing it (NACK) or letting it
+expire (`lease-ttl`, default imq.lease.ttl) gives them back to the queue with `redelivered` and
+their delivery count, as a NACK does, so maxDeliveryCount and the dead message queue apply. Until
+then they stay counted in the queue's limits (maxNumMsgs, maxTotalMsgBytes), so producer flow
+control sees them.
+
+Every buffer is bounded: a queue has at most imq.lease.max_groups lease groups (a lease in a new
+group beyond it is refused with 414 before anything is written; groups recovered from the journal
+are kept even beyond it), a group has at most imq.lease.max_open open leases (414 beyond), each
+holds at most imq.lease.max_messages messages (spilled to the swap area like a pending list), and
+the group remembers its highest number and as many finished leases as it may have open ones. A
+number the group does not remember and that is not above its highest reads as `expired`, never
+as a new lease with other messages. A group is never forgotten, so a lease number is never given
+out twice.
+
+Expiry is checked by the broker's tick, and also whenever a lease is read or acknowledged, so an
+acknowledgement after the deadline is refused (410) even before the tick runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from sluiceway.core.features.leased import LeasedMessages
+from sluiceway.core.model.destination import Destination, Queue
+from sluiceway.core.values.counts import CountLimit
+from sluiceway.core.values.flow import destination_window
+from sluiceway.core.values.message import Message
+from sluiceway.errors import BadRequest, Gone, NotFound, ResourceFull
+from sluiceway.naming import DestinationKind, DestinationName
+from sluiceway.persist.lease_records import (
+    CursorRecord,
+    GroupRecord,
+    LeaseRecord,
+    LeaseSnapshot,
+    LeaseState,
+    RecoveredLeases,
+)
+
+if TYPE_CHECKING:
+    from sluiceway.core.broker import Broker
+
+log = logging.getLogger(__name__)
+
+MAX_NUMBER: Final = 2**63 - 1  # lease numbers, sequence numbers and deadlines fit an i64
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRead:
+    """The lease headers of a SUBSCRIBE; the sizes and ttl are used only when creating."""
+
+    group: str
+    number: int
+    max_messages: int | None = None  # None: the queue's effective consumer flow limit
+    max_bytes: int | None = None  # None: imq.lease.max_bytes
+    ttl_ms: int | None = None  # None: imq.lease.ttl
+
+
+class Lease:
+    """An open lease (or one that just ended, for a read still sending it)."""
+
+    __slots__ = ("expires", "group", "lease_id", "messages", "number", "queue", "state")
+
+    def __init__(
+        self,
+        queue: Queue,
+        group: LeaseGroup,
+        *,
+        number: int,
+        lease_id: int,
+        expires: int,
+        messages: LeasedMessages,
+    ) -> None:
+        self.queue = queue
+        self.group = group
+        self.number = number
+        self.lease_id = lease_id
+        self.expires = expires  # ms since the epoch
+        self.messages = messages
+        self.state = LeaseState.OPEN
+
+    @property
+    def name(self) -> str:
+        return f"{self.group.name}/{self.number}"
+
+    @property
+    def record(self) -> LeaseRecord:
+        return LeaseRecord(
+            self.lease_id, self.queue.name.name, self.group.name, self.number, self.expires
+        )
+
+
+class LeaseGroup:
+    """The leases of one group on one queue."""
+
+    __slots__ = ("finished", "high", "name", "open", "queue")
+
+    def __init__(self, queue: DestinationName, name: str) -> None:
+        self.queue = queue
+        self.name = name
+        self.high = -1  # the highest number used; -1: none yet
+        self.open: dict[int, Lease] = {}
+        # Recently finished leases: number -> (lease id, how it ended), oldest first.
+        self.finished: dict[int, tuple[int, LeaseState]] = {}
+
+    def remember(self, number: int, lease_id: int, state: LeaseState, keep: int) -> None:
+        self.finished[number] = (lease_id, state)
+        while len(self.finished) > keep:
+            del self.finished[next(iter(self.finished))]
+
+    def known_state(self, number: int) -> LeaseState:
+        """How a finished or forgotten lease (not above `high`) ended, as far as remembered."""
+        finished = self.finished.get(number)
+        return finished[1] if finished is not None else LeaseState.EXPIRED
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """What a lease read answers: the lease's name and state, and the lease when it is open."""
+
+    name: str
+    state: LeaseState
+    lease: Lease | None = None
+
+
+class Leases:
+    """Every lease group of the broker, by queue and group name."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._groups: dict[tuple[DestinationName, str], LeaseGroup] = {}
+        self._group_counts: dict[DestinationName, int] = {}  # groups by queue
+        self._next_id = 1  # lease ids are never reused: journal marks name them
+        # (expires, lease id, lease) of leases that may be open; ended ones are dropped lazily.
+        self._deadlines: list[tuple[int, int, Lease]] = []
+        self._open = 0
+
+    @property
+    def open_count(self) -> int:
+        return self._open
+
+    def group_count(self, queue: DestinationName) -> int:
+        """How many lease groups `queue` has (what imq.lease.max_groups bounds)."""
+        return self._group_counts.get(queue, 0)
+
+    def most_groups(self) -> int:
+        """The most lease groups one queue has."""
+        return max(self._group_counts.values(), default=0)
+
+    def _now(self) -> int:
+        return self._broker.clock.time_ms()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def read(self, destination: Destination, request: LeaseRead) -> LeaseView:
+        """Lease `request.group/number` of the queue: created now when its number is above
+        every number the group used, else the one the broker has (or remembers)."""
+        if not isinstance(destination, Queue):
+            raise BadRequest(
+                "lease on a topic",
+                f"the lease header is for queues and {destination.name} is a topic; a topic is "
+                "read by sequence number with the cursor header instead",
+            )
+        name = f"{request.group}/{request.number}"
+        key = (destination.name, request.group)
+        group = self._groups.get(key)
+        if group is None:
+            self._check_new_group(destination, name)
+            group = LeaseGroup(destination.name, request.group)
+        elif request.number <= group.high:
+            lease = group.open.get(request.number)
+            if lease is not None and not self._expired(lease):
+                return LeaseView(name, LeaseState.OPEN, lease)
+            return LeaseView(name, group.known_state(request.number))
+        lease = self._create(destination, group, request)
+        self._add_group(group)
+        return LeaseView(name, LeaseState.OPEN, lease)
+
+    def _check_new_group(self, queue: Queue, lease: str) -> None:
+        """Refuse a new group on `queue` beyond imq.lease.max_groups (before anything is made)."""
+        limit = self._broker.config.lease_max_groups
+        count = self.group_count(queue.name)
+        if count >= limit:
+            raise self._broker.refusals.refuse(
+                CountLimit.LEASE_GROUPS,
+                limit,
+                "too many lease groups",
+                f"{queue.name} already has {count} lease groups, the limit set by "
+                f"imq.lease.max_groups ({limit}); lease {lease} would start a new one and was "
+                "not read. A group is remembered once it read a lease: read the next lease of a "
+                "group in use instead, or raise imq.lease.max_groups",
+                destination=queue.name.path,
+            )
+
+    def _add_group(self, group: LeaseGroup) -> None:
+        key = (group.queue, group.name)
+        if key not in self._groups:
+            self._groups[key] = group
+            self._group_counts[group.queue] = self.group_count(group.queue) + 1
+
+    def _create(self, queue: Queue, group: LeaseGroup, request: LeaseRead) -> Lease:
+        config = self._broker.config
+        if len(group.open) >= config.lease_max_open:
+            raise ResourceFull(
+                "too many open leases",
+                f"lease group {group.name!r} of {queue.name} already has {len(group.open)} open "
+                f"leases, the limit set by imq.lease.max_open; acknowledge or release some "
+                f"(ACK or NACK with lease:{group.name}/N) before reading lease "
+                f"{group.name}/{request.number}",
+                destination=queue.name.path,
+                limit="imq.lease.max_open",
+                limit_value=str(config.lease_max_open),
+            )
+        max_messages = request.max_messages or destination_window(
+            queue.settings.consumer_flow_limit
+        )
+        max_messages = min(max_messages, config.lease_max_messages)
+        max_bytes = config.lease_max_bytes  # -1: no limit
+        if request.max_bytes is not None:
+            max_bytes = request.max_bytes if max_bytes < 0 else min(request.max_bytes, max_bytes)
+        ttl = request.ttl_ms if request.ttl_ms is not None else config.lease_ttl_ms
+        now = self._now()
+        context = queue.context
+        lease = Lease(
+            queue,
+            group,
+            number=request.number,
+            lease_id=self._next_id,
+            expires=min(now + ttl, MAX_NUMBER),
+            messages=LeasedMessages(context.ledger, context.spill),
+        )
+        self._next_id += 1
+        # The lease's record comes before its messages' marks, which name it.
+        queue.store.lease_opened(lease.record)
+        self._take(lease, max_messages, max_bytes, now)
+        group.high = request.number
+        group.open[request.number] = lease
+        self._open += 1
+        heapq.heappush(self._deadlines, (lease.expires, lease.lease_id, lease))
+        log.debug(
+            "lease %s of %s opened: %d messages, %d bytes",
+            lease.name,
+            queue.name,
+            len(lease.messages),
+            lease.messages.bytes,
+        )
+        return lease
+
+    def _take(self, lease: Lease, max_messages: int, max_bytes: int, now: int) -> None:
+        """Move messages from the head of the queue into the lease: each is delivered once."""
+        queue = lease.queue
+        if queue.paused_consumers:
+            return  # pause dst -pst CONSUMERS: nothing leaves the queue
+        pending, store, messages = queue.pending, queue.store, lease.messages
+        while len(messages) < max_messages and (message := pending.pop()) is not None:
+            if message.expires and message.expired(now):
+                queue.expired(message)
+                continue
+            if 0 <= max_bytes < messages.bytes + message.size and len(messages):
+                pending.restore(message)  # the lease is full; one message is always taken
+                return
+            message.delivery_count += 1
+            queue.stats.delivered(message)
+            if message.persistent:
+                store.lease_marked(lease.lease_id, message)
+            messages.append(message)
+
+    # -- ending ---------------------------------------------------------------------------------
+
+    def acknowledge(self, name: DestinationName, group_name: str, number: int) -> LeaseState:
+        """Consume the lease's messages (idempotent); 410 when it expired or was released."""
+        group = self._group(name, group_name, number)
+        lease = group.open.get(number)
+        if lease is not None and not self._expired(lease):
+            self._end(lease, LeaseState.ACKNOWLEDGED)
+            return LeaseState.ACKNOWLEDGED
+        state = group.known_state(number)
+        if state is LeaseState.ACKNOWLEDGED:
+            return state
+        raise Gone(
+            "lease expired",
+            f"lease {group_name}/{number} of {name} expired or was released before it was "
+            "acknowledged: its messages went back to the queue for redelivery; read a new lease",
+            destination=name.path,
+        )
+
+    def release(self, name: DestinationName, group_name: str, number: int) -> LeaseState:
+        """Give the lease's messages back to the queue now (NACK); idempotent."""
+        group = self._group(name, group_name, number)
+        lease = group.open.get(number)
+        if lease is not None:
+            self._end(lease, LeaseState.EXPIRED)
+            return LeaseState.EXPIRED
+        return group.known_state(number)
+
+    def _group(self, name: DestinationName, group_name: str, number: int) -> LeaseGroup:
+        group = self._groups.get((name, group_name))
+        if group is None or number > group.high:
+            raise NotFound(
+                "no such lease",
+                f"{name} has no lease {group_name}/{number}: it was never read; a lease is "
+                f"created by a SUBSCRIBE with lease:{group_name}/{number}",
+                destination=name.path,
+            )
+        return group
+
+    def _expired(self, lease: Lease) -> bool:
+        """Expire `lease` now if its deadline passed; True if it did."""
+        if self._now() < lease.expires:
+            return False
+        self._expire(lease)
+        return True
+
+    def _expire(self, lease: Lease) -> None:
+        log.info(
+            "lease %s of %s expired (lease-ttl passed before it was acknowledged): %d messages "
+            "back to the queue",
+            lease.name,
+            lease.queue.name,
+            len(lease.messages),
+        )
+        self._end(lease, LeaseState.EXPIRED)
+
+    def _end(self, lease: Lease, state: LeaseState) -> None:
+        """The lease is acknowledged (its messages consumed) or expired (given back)."""
+        group, queue = lease.group, lease.queue
+        del group.open[lease.number]
+        self._open -= 1
+        group.remember(lease.number, lease.lease_id, state, self._broker.config.lease_max_open)
+        lease.state = state
+        # The end first: a crash before every REMOVE is written completes them at recovery.
+        queue.store.lease_ended(lease.lease_id, state)
+        for batch in lease.messages.drain():
+            if state is LeaseState.ACKNOWLEDGED:
+                for message in batch:
+                    queue.consumed(message)
+            else:
+                queue.give_back(batch, delivered=True)
+
+    def expire_due(self) -> int:
+        """Expire every open lease whose deadline passed (the broker's tick); return how many."""
+        now = self._now()
+        deadlines = self._deadlines
+        count = 0
+        while deadlines and deadlines[0][0] <= now:
+            lease = heapq.heappop(deadlines)[2]
+            if lease.state is LeaseState.OPEN:
+                self._expire(lease)
+                count += 1
+        # Entries of leases that ended early wait for their deadline; rebuild before they
+        # outnumber the open leases, so the heap stays proportional to what is open.
+        if len(deadlines) > 2 * self._open + 64:
+            self._deadlines = [entry for entry in deadlines if entry[2].state is LeaseState.OPEN]
+            heapq.heapify(self._deadlines)
+        return count
+
+    def destination_destroyed(self, queue: Queue) -> None:
+        """An administrator destroyed `queue`: its open leases end, their messages with it."""
+        for (name, _), group in self._groups.items():
+            if name != queue.name:
+                continue
+            for lease in list(group.open.values()):
+                del group.open[lease.number]
+                self._open -= 1
+                group.remember(
+                    lease.number,
+                    lease.lease_id,
+                    LeaseState.EXPIRED,
+                    self._broker.config.lease_max_open,
+                )
+                lease.state = LeaseState.EXPIRED
+                queue.store.lease_ended(lease.lease_id, LeaseState.EXPIRED)
+                for batch in lease.messages.drain():
+                    for message in batch:
+                        queue.finished(message)
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def snapshot(self, cursors: list[CursorRecord]) -> LeaseSnapshot:
+        """Everything a new journal segment must restate (with the cursors given)."""
+        groups = [
+            GroupRecord(name.name, group.name, group.high, dict(group.finished))
+            for (name, _), group in self._groups.items()
+            if group.high >= 0
+        ]
+        leases = [lease.record for group in self._groups.values() for lease in group.open.values()]
+        return LeaseSnapshot(self._next_id, cursors, groups, leases)
+
+    def restore(self, recovered: RecoveredLeases) -> None:
+        """After a restart (the queues' messages are recovered already): the lease groups, the
+        open leases with their messages, and the consumption of any message whose lease was
+        acknowledged just before a crash."""
+        keep = self._broker.config.lease_max_open
+        self._next_id = max(self._next_id, recovered.next_id)
+        # Lease id -> the queue and the lease its recovered messages go to (None: consumed).
+        holders: dict[int, tuple[Queue, Lease | None]] = {}
+        for (queue_name, group_name), record in recovered.groups.items():
+            name = DestinationName(DestinationKind.QUEUE, queue_name)
+            group = LeaseGroup(name, group_name)
+            group.high = record.high
+            queue = self._broker.registry.get(name)
+            for number, (lease_id, state) in record.finished.items():
+                group.remember(number, lease_id, state, keep)
+                if state is LeaseState.ACKNOWLEDGED and isinstance(queue, Queue):
+                    holders[lease_id] = (queue, None)
+            self._add_group(group)
+        for lease_record in recovered.open.values():
+            lease = self._reopen(lease_record)
+            holders[lease.lease_id] = (lease.queue, lease)
+        self._warn_over_limit()
+        by_queue: dict[Queue, dict[int, Lease | None]] = {}
+        for add, lease_id in recovered.holders.items():
+            if lease_id in holders:
+                queue, target = holders[lease_id]
+                by_queue.setdefault(queue, {})[add] = target
+        for queue, wanted in by_queue.items():
+            self._settle(queue, wanted)
+
+    def _reopen(self, record: LeaseRecord) -> Lease:
+        name = DestinationName(DestinationKind.QUEUE, record.queue)
+        queue = self._broker.registry.recovered(name)
+        assert isinstance(queue, Queue)
+        group = self._groups.get((name, record.group))
+        if group is None:
+            group = LeaseGroup(name, record.group)
+            self._add_group(group)
+        group.high = max(group.high, record.number)
+        context = queue.context
+        messages = LeasedMessages(context.ledger, context.spill)
+        lease = Lease(
+            queue,
+            group,
+            number=record.number,
+            lease_id=record.lease_id,
+            expires=record.expires,
+            messages=messages,
+        )
+        group.open[record.number] = lease
+        self._open += 1
+        heapq.heappush(self._deadlines, (lease.expires, lease.lease_id, lease))
+        return lease
+
+    def _warn_over_limit(self) -> None:
+        limit = self._broker.config.lease_max_groups
+        for queue, count in self._group_counts.items():
+            if count > limit:
+                log.warning(
+                    "%s has %d lease groups in the journal, more than imq.lease.max_groups "
+                    "(%d): all are kept, and leases in new groups are refused",
+                    queue,
+                    count,
+                    limit,
+                )
+
+    @staticmethod
+    def _settle(queue: Queue, wanted: dict[int, Lease | None]) -> None:
+        """Take the recovered messages of `queue`'s open leases out of its pending list (in
+        queue order, the order they were leased in), and consume those of acknowledged ones,
+        in one scan. `wanted`: the ADD location of each such message -> its lease or None."""
+        consumed: list[Message] = []
+
+        def choose(message: Message) -> bool:
+            if message.location not in wanted:
+                return False
+            lease = wanted.pop(message.location)
+            if lease is None:
+                consumed.append(message)
+            else:
+                lease.messages.append(message)
+            return True
+
+        queue.pending.extract(choose, lambda: not wanted)
+        for message in consumed:
+            queue.consumed(message)
+        if consumed:
+            log.info(
+                "%s: %d messages of a lease acknowledged just before the broker stopped are "
+                "consumed now",
+                queue.name,
+                len(consumed),
+            )

@@ -1,0 +1,581 @@
+"""The producer side of the broker: admission of new messages, holding and releasing producers.
+
+Every new message passes `admit` (see core.limits for the order of the checks): an administrator's
+pause, JMS IQ Manager throttling (core.throttle), memory level RED and, for a message the journal
+would keep, a disk low or full (core.disk) hold the SEND; a failed journal, the system limits
+and a REJECT_NEWEST destination refuse it; REMOVE_OLDEST / REMOVE_LOW_PRIORITY make room by
+evicting; FLOW_CONTROL holds it until there is room (core.holding).
+
+Held connections are released in the order they were first held (Open MQ resumes paused producers
+in pause order), each taking at most its producer batch per round, so the first one released
+cannot take all the room: under FLOW_CONTROL the batch is maxNumMsgs / maxNumProducers, between
+1 and 1000 (Open MQ's producer credit); otherwise 1000.
+
+Memory levels (core.memory) come in through a per-connection producer credit: a connection may
+send the current level's count of messages (5000 at GREEN, 500 at YELLOW, 50 at ORANGE, 0 at RED),
+and at most a quarter of the bytes left below RED, before the broker measures its memory again;
+at RED every SEND is held and a connection that is not yet a producer of a destination is
+refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sluiceway.config import BrokerConfig, LimitBehavior
+from sluiceway.core.features import dead_letters as dmq
+from sluiceway.core.features.disk import DiskPressure
+from sluiceway.core.features.limits import (
+    Admission,
+    Fullness,
+    Verdict,
+    check_system,
+    destination_verdict,
+)
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.holding import HeldProducer, HeldSend, HoldTimes
+from sluiceway.core.values.memory import MESSAGE_OVERHEAD, MemoryLevel, SystemCounts
+from sluiceway.core.values.message import Message
+from sluiceway.core.values.throttle import Throttle
+from sluiceway.errors import BrokerError, ResourceFull
+
+if TYPE_CHECKING:
+    from sluiceway.core.broker import Broker
+    from sluiceway.core.connection import CoreConnection
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[Message], None]  # where an admitted message goes
+
+MAX_BATCH = 1000  # Open MQ's imq.producer.maxBatch
+
+
+class ProducerControl:
+    """Admission, holding and release of the messages producers send."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._context = broker.context
+        self._ledger = broker.ledger
+        self._disk = broker.disk
+        self._clock = broker.clock
+        self.configure(broker.config)
+        # Connections with held SENDs, in the order they were first held (insertion order).
+        self._order: dict[CoreConnection, None] = {}
+        self._throttled: set[Destination] = set()
+        self._dirty = False  # something changed that may let held SENDs go
+        self._settling = False
+        self.hold_times = HoldTimes()
+        self._context.hooks.room = self._room
+        self._context.hooks.dead = self._dead
+
+    def configure(self, config: BrokerConfig) -> None:
+        """Take the limits, throttling and hold settings of `config` (at start, `update bkr`)."""
+        self._config = config
+        self.throttle = Throttle(
+            config.throttling_server_threshold,
+            config.throttling_destination_threshold,
+            config.throttling_lag,
+        )
+        self._hold_timeout = config.hold_timeout_ms / 1000
+        self._dirty = True
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def produce(
+        self,
+        connection: CoreConnection,
+        destination: Destination,
+        message: Message,
+        *,
+        report: bool,
+        into: Publish | None = None,
+    ) -> HeldSend | None:
+        """Publish `message` now, hold it (returned), or refuse it.
+
+        With `report` (the SEND asked for a receipt, or the message is persistent) a refusal is
+        raised; otherwise the message is dropped and counted, as Open MQ does. With `into`, an
+        admitted message goes there instead of into `destination` (a stage, core.stages), still
+        counted against `destination`'s limits.
+        """
+        self.register(connection, destination)
+        self._spend_credit(connection, message.size)
+        if connection.held:  # an earlier SEND waits: this one waits behind it, in order
+            return self._hold(
+                connection, destination, message, report, connection.held.head().reason, into=into
+            )
+        admission = self.admit(destination, message, journaled=into is not None)
+        if admission.verdict is Verdict.HOLD:
+            assert admission.error is not None
+            return self._hold(connection, destination, message, report, admission.error, into=into)
+        waiting = self._waiting_for(destination) if destination.held_sends else None
+        if waiting is not None and admission.verdict is not Verdict.REJECT:
+            # Producers already wait for room in this destination: it goes to them first, in
+            # the order they were held, not to whoever sends next.
+            return self._hold(connection, destination, message, report, waiting, into=into)
+        error = self._apply(destination, message, admission, into)
+        if error is not None:
+            if report:
+                raise error
+            self._dropped(destination, error)
+        return None
+
+    def register(self, connection: CoreConnection, destination: Destination) -> None:
+        """`connection` becomes a producer of `destination` (maxNumProducers; RED refuses)."""
+        if connection.number in destination.producers:
+            return
+        if self._ledger.check() is MemoryLevel.RED:
+            raise self._memory_error("new producers are refused")
+        destination.add_producer(connection.number)
+        connection.produced_to.add(destination)
+
+    def _spend_credit(self, connection: CoreConnection, size: int) -> None:
+        """Memory levels pace producers (Open MQ's per-connection producer credit): the broker
+        measures its memory again once a connection has sent its level's count of messages, or
+        a quarter of the bytes left below RED, whichever comes first, and at every SEND from
+        ORANGE up. At RED the count is 0: every SEND is measured, and held (see `admit`)."""
+        connection.credit -= 1
+        connection.credit_bytes -= size + MESSAGE_OVERHEAD
+        ledger = self._ledger
+        spent = connection.credit <= 0 or connection.credit_bytes <= 0
+        if not spent and ledger.level < MemoryLevel.ORANGE:
+            return
+        ledger.check()
+        connection.credit = ledger.credit
+        connection.credit_bytes = ledger.room_below_red // 4
+
+    def admit(
+        self, destination: Destination, message: Message, *, journaled: bool = False
+    ) -> Admission:
+        """What happens to one more message for `destination` now. `journaled`: the message is
+        written to the journal even if it is not persistent (a staged one)."""
+        if destination.paused_producers:
+            return Admission(
+                Verdict.HOLD,
+                ResourceFull(
+                    "producers paused",
+                    f"the producers of {destination.name} are paused by an administrator; they "
+                    "go on when the destination is resumed",
+                    destination=destination.name.path,
+                ),
+            )
+        if destination.throttled:
+            return Admission(Verdict.HOLD, self._throttle_error(destination))
+        if self._ledger.level is MemoryLevel.RED:
+            return Admission(Verdict.HOLD, self._memory_error("producers wait"))
+        disk = self._disk
+        if (disk.holding or disk.refusing) and (message.persistent or journaled):
+            error = disk.hold_error(destination.name.path)
+            return Admission(Verdict.HOLD if disk.holding else Verdict.REJECT, error)
+        path, size = destination.name.path, message.size
+        try:
+            check_system(path, size, self._config, self._context.system)
+        except BrokerError as exc:
+            # Kept, not raised here: its traceback would keep this frame (and the message)
+            # alive in a reference cycle until the garbage collector runs.
+            return Admission(Verdict.REJECT, exc.with_traceback(None))
+        settings = destination.settings
+        return destination_verdict(
+            path,
+            size,
+            destination.fullness(),
+            max_count=settings.max_num_msgs,
+            max_bytes=settings.max_total_msg_bytes,
+            behavior=settings.limit_behavior,
+        )
+
+    def _apply(
+        self,
+        destination: Destination,
+        message: Message,
+        admission: Admission,
+        into: Publish | None = None,
+    ) -> BrokerError | None:
+        """Publish an admitted message (evicting first if so decided); the error if refused."""
+        if admission.verdict is Verdict.REJECT:
+            return admission.error
+        publish = into if into is not None else destination.publish
+        if admission.verdict is Verdict.ACCEPT:
+            publish(message)
+            return None
+        with self._broker.store.atomic():  # evictions, their dead copies and the new message
+            error = self._evict(destination, message)
+            if error is None:
+                publish(message)
+        return error
+
+    def _evict(self, destination: Destination, message: Message) -> BrokerError | None:
+        """REMOVE_OLDEST / REMOVE_LOW_PRIORITY: evict until `message` fits."""
+        settings = destination.settings
+        lowest = settings.limit_behavior is LimitBehavior.REMOVE_LOW_PRIORITY
+        alone = destination_verdict(
+            destination.name.path,
+            message.size,
+            Fullness(0, 0),
+            max_count=settings.max_num_msgs,
+            max_bytes=settings.max_total_msg_bytes,
+            behavior=LimitBehavior.REJECT_NEWEST,
+        )
+        if alone.error is not None:
+            return alone.error  # it would not fit in the empty destination: evict nothing
+        while True:
+            verdict = destination_verdict(
+                destination.name.path,
+                message.size,
+                destination.fullness(),
+                max_count=settings.max_num_msgs,
+                max_bytes=settings.max_total_msg_bytes,
+                behavior=LimitBehavior.REJECT_NEWEST,
+            )
+            if verdict.verdict is Verdict.ACCEPT:
+                return None
+            if not destination.evict_one(lowest_priority=lowest):
+                return verdict.error  # what fills it cannot be evicted (being delivered)
+
+    def _dropped(self, destination: Destination, error: BrokerError) -> None:
+        destination.stats.dropped += 1
+        log.debug("dropped a non-persistent message without receipt: %s", error)
+
+    def publish_internal(self, destination: Destination, message: Message) -> bool:
+        """Publish a message the broker makes itself (a dead copy): no system limits, eviction
+        by the destination's behaviour, never held. False if it could not be kept."""
+        admission = destination_verdict(
+            destination.name.path,
+            message.size,
+            destination.fullness(),
+            max_count=destination.settings.max_num_msgs,
+            max_bytes=destination.settings.max_total_msg_bytes,
+            behavior=destination.settings.limit_behavior,
+        )
+        if admission.verdict is Verdict.HOLD:
+            admission = Admission(Verdict.EVICT)
+        return self._apply(destination, message, admission) is None
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def check_commit(self, sends: list[tuple[Destination, Message]]) -> None:
+        """Refuse a COMMIT whose messages the system limits or a REJECT_NEWEST destination
+        would refuse, before any is published (all or nothing). What would be held (FLOW_CONTROL,
+        throttled, paused) is accepted: a transaction's size is bounded by
+        imq.transaction.producer.maxNumMsgs, and holding a COMMIT would hold its ACKs too.
+        For that reason a COMMIT that would publish persistent messages while the disk is low,
+        full or failed (core.disk) is refused too."""
+        disk = self._disk
+        if disk.holding or disk.refusing:
+            persistent = next((d for d, m in sends if m.persistent), None)
+            if persistent is not None:
+                raise disk.hold_error(persistent.name.path, held=False)
+        system = SystemCounts(self._context.system.count, self._context.system.bytes)
+        planned: dict[Destination, Fullness] = {}
+        for destination, message in sends:
+            path = destination.name.path
+            check_system(path, message.size, self._config, system)
+            system.add(message.size)
+            settings = destination.settings
+            current = planned.get(destination) or destination.fullness()
+            if settings.limit_behavior is not LimitBehavior.REJECT_NEWEST:
+                current = Fullness(0, 0)  # room is made by eviction, if the message can fit
+            admission = destination_verdict(
+                path,
+                message.size,
+                current,
+                max_count=settings.max_num_msgs,
+                max_bytes=settings.max_total_msg_bytes,
+                behavior=LimitBehavior.REJECT_NEWEST,
+            )
+            if admission.error is not None:
+                raise admission.error
+            planned[destination] = Fullness(current.count + 1, current.bytes + message.size)
+
+    def publish_committed(self, destination: Destination, message: Message) -> bool:
+        """Publish a message of a committed transaction (evicting if its destination does);
+        False when no room could be made for it (what fills the destination is being
+        delivered), so it was dropped."""
+        behavior = destination.settings.limit_behavior
+        if behavior in (LimitBehavior.REMOVE_OLDEST, LimitBehavior.REMOVE_LOW_PRIORITY):
+            error = self._apply(destination, message, Admission(Verdict.EVICT))
+            if error is not None:
+                destination.stats.dropped += 1
+                log.warning("a message of a committed transaction was dropped: %s", error)
+                return False
+        else:
+            destination.publish(message)
+        return True
+
+    # -- holding -------------------------------------------------------------------------------
+
+    def _hold(
+        self,
+        connection: CoreConnection,
+        destination: Destination,
+        message: Message,
+        report: bool,
+        reason: BrokerError,
+        *,
+        into: Publish | None = None,
+    ) -> HeldSend:
+        now = self._clock.monotonic()
+        send = HeldSend(
+            destination,
+            message,
+            report=report,
+            reason=reason,
+            since=now,
+            deadline=now + self._hold_timeout,
+            into=into,
+        )
+        if not connection.held:
+            self._order[connection] = None
+            log.debug("connection %d held: %s", connection.number, reason)
+        connection.held.append(send)
+        self._ledger.hold(message)
+        destination.held_sends += 1
+        return send
+
+    def _unhold(self, send: HeldSend) -> None:
+        """`send` leaves the holding area (released, refused, or dropped)."""
+        self._ledger.let_go(send.message)
+        send.destination.held_sends -= 1
+        self.hold_times.observe(self._clock.monotonic() - send.since)
+
+    def _waiting_for(self, destination: Destination) -> BrokerError | None:
+        """Why a held SEND waits for `destination` itself (not behind another one, nor for the
+        disk), if any."""
+        for connection in self._order:
+            head = connection.held.head()
+            if head.destination is destination and not isinstance(head.reason, DiskPressure):
+                return head.reason
+        return None
+
+    def hold_full(self, connection: CoreConnection) -> bool:
+        """The connection holds as many SENDs as it may: stop reading it."""
+        held = connection.held
+        config = self._config
+        return len(held) >= config.hold_max_messages or held.bytes >= config.hold_max_bytes
+
+    def _room(self, destination: Destination) -> None:
+        self._dirty = True
+
+    def changed(self) -> None:
+        """Something an operator changed (a limit, a pause) may let held SENDs go."""
+        self._dirty = True
+
+    def settle(self) -> None:
+        """Release what can go now. Called after every operation that may have made room."""
+        if not self._dirty or self._settling:
+            return
+        self._settling = True
+        try:
+            while self._dirty:
+                self._dirty = False
+                for destination in list(self._throttled):
+                    self.review_throttle(destination)
+                if not self._order:
+                    return
+                self._ledger.check()
+                for send, error in self._release():
+                    send.settle(error)  # may close a connection, or make more room
+        finally:
+            self._settling = False
+
+    def _release(self) -> list[tuple[HeldSend, BrokerError | None]]:
+        """Admit held SENDs, connections in pause order, each at most its batch per round."""
+        outcomes: list[tuple[HeldSend, BrokerError | None]] = []
+        progress = True
+        while progress and self._order:
+            progress = False
+            for connection in list(self._order):
+                held = connection.held
+                batch = _batch(held.head().destination)
+                released = 0
+                while held and released < batch:
+                    send = held.head()
+                    admission = self.admit(
+                        send.destination, send.message, journaled=send.into is not None
+                    )
+                    if admission.verdict is Verdict.HOLD:
+                        assert admission.error is not None
+                        send.reason = admission.error
+                        break
+                    held.popleft()
+                    self._unhold(send)
+                    error = self._apply(send.destination, send.message, admission, send.into)
+                    if error is not None and not send.report:
+                        self._dropped(send.destination, error)
+                        error = None
+                    outcomes.append((send, error))
+                    released += 1
+                    progress = True
+                if not held:
+                    del self._order[connection]
+        return outcomes
+
+    def expire(self, now: float) -> None:
+        """Refuse the held SENDs whose deadline (imq.producer.hold.timeout) passed."""
+        outcomes: list[tuple[HeldSend, BrokerError]] = []
+        for connection in list(self._order):
+            for send in connection.held.expired(now):
+                self._unhold(send)
+                outcomes.append((send, self._timeout_error(send, now)))
+            if not connection.held:
+                del self._order[connection]
+        for send, error in outcomes:
+            log.warning("%s", error)
+            send.settle(error)
+
+    def _timeout_error(self, send: HeldSend, now: float) -> ResourceFull:
+        reason = send.reason
+        return ResourceFull(
+            "send held too long",
+            f"a SEND to {send.destination.name} was held for {now - send.since:.1f} s, the limit "
+            f"set by imq.producer.hold.timeout ({self._config.hold_timeout_ms} ms), waiting for: "
+            f"{reason}",
+            destination=send.destination.name.path,
+            limit=reason.limit,
+            limit_value=reason.limit_value,
+        )
+
+    def forget(self, connection: CoreConnection) -> int:
+        """The connection closed: drop what it had held (nobody is left to tell); return how
+        many; it stops being a producer."""
+        self._order.pop(connection, None)
+        dropped = connection.held.clear()
+        for send in dropped:
+            self._unhold(send)
+        for destination in connection.produced_to:
+            destination.remove_producer(connection.number)
+        connection.produced_to.clear()
+        return len(dropped)
+
+    def fail_held(self, destination: Destination, error: BrokerError) -> None:
+        """Refuse every SEND held for `destination` (it is being destroyed)."""
+        outcomes: list[HeldSend] = []
+        for connection in list(self._order):
+            held = connection.held
+            for send in held.clear():
+                if send.destination is destination:
+                    outcomes.append(send)
+                else:
+                    held.append(send)
+            if not held:
+                del self._order[connection]
+        for send in outcomes:
+            self._unhold(send)
+            send.settle(error)
+
+    def held(self) -> list[HeldProducer]:
+        """Every connection with held SENDs, in pause order, with the reason of its oldest."""
+        producers = []
+        for connection in self._order:
+            head = connection.held.head()
+            producers.append(
+                HeldProducer(
+                    connection=connection.number,
+                    destination=head.destination.name.path,
+                    reason=head.reason.summary,
+                    detail=str(head.reason),
+                    limit=head.reason.limit,
+                    since=head.since,
+                    held_sends=len(connection.held),
+                    held_bytes=connection.held.bytes,
+                )
+            )
+        return producers
+
+    # -- throttling (spec-docs 003) ------------------------------------------------------------
+
+    def review(self) -> None:
+        """Periodic (every broker tick): decide which destinations are throttled."""
+        if self.throttle.enabled:
+            for destination in self._broker.registry:
+                if destination.producers or destination.throttled:
+                    self.review_throttle(destination)
+        self._dirty = True
+
+    def review_throttle(self, destination: Destination) -> None:
+        throttled = self.throttle.decide(
+            destination.throttled, self._context.system.count, destination.undelivered()
+        )
+        if throttled == destination.throttled:
+            return
+        destination.throttled = throttled
+        if throttled:
+            self._throttled.add(destination)
+            log.info(
+                "throttling the producers of %s: %s",
+                destination.name,
+                self._throttle_error(destination),
+            )
+        else:
+            self._throttled.discard(destination)
+            self._dirty = True
+            log.info(
+                "producers of %s no longer throttled: %d undelivered, broker holds %d messages",
+                destination.name,
+                destination.undelivered(),
+                self._context.system.count,
+            )
+
+    def _throttle_error(self, destination: Destination) -> ResourceFull:
+        throttle = self.throttle
+        return ResourceFull(
+            "producer throttled",
+            f"{destination.name} is throttled: the broker holds more than "
+            f"imq.throttling.server.threshold ({throttle.server_threshold}) messages and "
+            f"{destination.name} has more than imq.throttling.destination.threshold "
+            f"({throttle.destination_threshold}) undelivered; it is released below "
+            f"{throttle.destination_threshold - throttle.lag} undelivered (imq.throttling.lag "
+            f"{throttle.lag}) or when the broker falls below its threshold",
+            destination=destination.name.path,
+            limit="imq.throttling.destination.threshold",
+            limit_value=str(throttle.destination_threshold),
+        )
+
+    def _memory_error(self, what: str) -> ResourceFull:
+        ledger = self._ledger
+        budget = ledger.policy.budget
+        return ResourceFull(
+            "memory low",
+            f"the broker's memory level is RED ({ledger.total} of {budget} bytes of "
+            f"imq.memory.budget in use): {what} until consumers free memory",
+            limit="imq.memory.budget",
+            limit_value=str(budget),
+        )
+
+    # -- dead messages -------------------------------------------------------------------------
+
+    def _dead(self, source: Destination, message: Message, reason: str, comment: str) -> None:
+        broker = self._broker
+        if self._config.log_dead_messages:
+            log.info("dead message %s from %s: %s (%s)", message.id, source.name, reason, comment)
+        target = broker.registry.get(dmq.DMQ_NAME)
+        if target is None:
+            return
+        copy = dmq.dead_copy(
+            message,
+            message_id=broker.new_message_id(),
+            reason=reason,
+            comment=comment,
+            now_ms=self._clock.time_ms(),
+            broker=broker.instance_id,
+            truncate=self._config.dmq_truncate_body,
+        )
+        if not self.publish_internal(target, copy):
+            log.warning(
+                "dead message %s from %s (%s) is larger than the dead message queue and was "
+                "discarded",
+                message.id,
+                source.name,
+                reason,
+            )
+
+
+def _batch(destination: Destination) -> int:
+    """Messages one held connection may have admitted per release round (Open MQ's Bp)."""
+    settings = destination.settings
+    if settings.limit_behavior is not LimitBehavior.FLOW_CONTROL or settings.max_num_msgs < 0:
+        return MAX_BATCH
+    producers = settings.max_num_producers if settings.max_num_producers > 0 else 100
+    return max(1, min(settings.max_num_msgs // producers, MAX_BATCH))

@@ -1,0 +1,2 @@
+"""The broker's model: destinations, subscriptions, durable state, dispatch, and the store
+they report to."""

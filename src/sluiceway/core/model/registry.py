@@ -1,0 +1,75 @@
+"""The broker's destinations, created by configuration or on first use."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sluiceway.config import BrokerConfig, DestinationSettings
+from sluiceway.core.model.context import Context
+from sluiceway.core.model.destination import Destination, Queue, Topic
+from sluiceway.errors import Forbidden, NotFound
+from sluiceway.naming import DestinationKind, DestinationName
+
+
+class DestinationRegistry:
+    """Looks destinations up by name, creating them on first use when `imq.autocreate.*` allows."""
+
+    def __init__(self, config: BrokerConfig, context: Context) -> None:
+        self._config = config
+        self._context = context
+        # Keyed by path (`/queue/NAME`): a string keeps its hash, where DestinationName's
+        # __hash__ is Python code run at every lookup, and a lookup comes with every SEND.
+        self._destinations: dict[str, Destination] = {}
+        for definition in config.destinations:
+            self.create(DestinationName(definition.kind, definition.name), definition.settings)
+
+    def __iter__(self) -> Iterator[Destination]:
+        return iter(list(self._destinations.values()))
+
+    def __len__(self) -> int:
+        return len(self._destinations)
+
+    def get(self, name: DestinationName) -> Destination | None:
+        return self._destinations.get(name.path)
+
+    def create(self, name: DestinationName, settings: DestinationSettings) -> Destination:
+        """Create destination `name` with `settings` (it must not exist yet)."""
+        assert name.path not in self._destinations
+        cls = Queue if name.kind is DestinationKind.QUEUE else Topic
+        destination = cls(name, settings, self._context)
+        self._destinations[name.path] = destination
+        return destination
+
+    def configure(self, config: BrokerConfig) -> None:
+        """Take new auto-create settings (`update bkr`); existing destinations keep theirs."""
+        self._config = config
+
+    def remove(self, name: DestinationName) -> None:
+        del self._destinations[name.path]
+
+    def recovered(self, name: DestinationName) -> Destination:
+        """The destination a recovered message or durable subscription belongs to, created
+        (with the auto-create settings) if the configuration does not define it."""
+        destination = self._destinations.get(name.path)
+        if destination is None:
+            destination = self.create(name, self._config.autocreate_settings(name.kind))
+        return destination
+
+    def resolve(self, name: DestinationName) -> Destination:
+        """The destination called `name`, created now if it is new and auto-creation is on."""
+        destination = self._destinations.get(name.path)
+        if destination is not None:
+            return destination
+        if name.is_system:
+            raise Forbidden(
+                "reserved destination name",
+                f"destination {name} cannot be created: names beginning with 'mq.' are reserved "
+                "for the broker",
+            )
+        if not self._config.autocreate_enabled(name.kind):
+            raise NotFound(
+                "no such destination",
+                f"destination {name} does not exist and imq.autocreate.{name.kind.value} is false; "
+                "an administrator must create it first",
+            )
+        return self.create(name, self._config.autocreate_settings(name.kind))

@@ -1,0 +1,302 @@
+"""The journal records of topic cursors and queue leases, and what recovery rebuilds from them.
+
+The protocol is in docs/pipelines-protocol.md. Integers are little-endian; strings are UTF-8 with
+a u16 length prefix, as in core.records. Topic and queue names are names without the prefix.
+
+| type | record | payload |
+|---|---|---|
+| 20 | CURSOR | topic, group, position u64: the cursor exists and stands at `position` |
+| 21 | CURSOR_END | topic, group: the cursor was deleted |
+| 22 | LEASE | lease id u64, queue, group, number u64, expires i64 (ms since the epoch): opened |
+| 23 | LEASE_MARK | lease id u64, seq u64, add u64: the message added at LSN `add` was leased |
+| 24 | LEASE_END | lease id u64, state u8 (1 acknowledged, 2 expired or released) |
+| 25 | LEASE_SNAPSHOT | next lease id u64, then counted CURSOR payloads, groups, LEASE payloads |
+
+Each part of a LEASE_SNAPSHOT is a u32 count, then that many items, each with a u32 length
+prefix. A group is: queue, group, highest number used u64, count u32 of finished
+leases, each lease id u64, number u64, state u8.
+
+CURSOR, CURSOR_END, LEASE, LEASE_END and LEASE_SNAPSHOT describe state: they are live until the
+journal's next rotation, which starts the new segment with a SNAPSHOT followed by a
+LEASE_SNAPSHOT restating all of it. A LEASE_MARK is a mark on its message, like DELIVERED: live
+while the message is, and it counts as one delivery of it. Lease ids are never reused (the
+snapshot carries the next one), so a mark always names the lease that took the message last.
+
+Acknowledging a lease writes its LEASE_END, then a REMOVE for each message. A message whose last
+mark names an acknowledged lease is therefore consumed by recovery: an acknowledgement cut short
+by a crash completes at the next start instead of leaving a lease half consumed.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final, TypeVar
+
+from sluiceway.persist.records import Reader, RecordError, RecordType
+
+T = TypeVar("T")
+
+
+class LeaseState(enum.Enum):
+    """What a lease read or acknowledgement reports (the `lease-state` header)."""
+
+    OPEN = "open"
+    ACKNOWLEDGED = "acknowledged"
+    EXPIRED = "expired"  # expired or released before being acknowledged
+
+
+_STATE_CODES: Final = {LeaseState.ACKNOWLEDGED: 1, LeaseState.EXPIRED: 2}
+_CODE_STATES: Final = {code: state for state, code in _STATE_CODES.items()}
+
+_U8: Final = struct.Struct("<B")
+_U16: Final = struct.Struct("<H")
+_U32: Final = struct.Struct("<I")
+_U64: Final = struct.Struct("<Q")
+_I64: Final = struct.Struct("<q")
+_MARK: Final = struct.Struct("<QQQ")  # lease id, seq, add
+_END: Final = struct.Struct("<QB")  # lease id, state
+_FINISHED: Final = struct.Struct("<QQB")  # lease id, number, state
+assert (_U8.size, _U16.size, _U32.size, _U64.size, _I64.size) == (1, 2, 4, 8, 8)
+assert (_MARK.size, _END.size, _FINISHED.size) == (24, 9, 17)
+
+# The record types recovery hands to RecoveredLeases.replay (LEASE_MARK is a mark, not state).
+STATE_RECORDS: Final = frozenset(
+    {
+        RecordType.CURSOR,
+        RecordType.CURSOR_END,
+        RecordType.LEASE,
+        RecordType.LEASE_END,
+        RecordType.LEASE_SNAPSHOT,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CursorRecord:
+    topic: str
+    group: str
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    lease_id: int
+    queue: str
+    group: str
+    number: int
+    expires: int  # ms since the epoch
+
+
+@dataclass
+class GroupRecord:
+    """A lease group as a snapshot restates it: its highest number and its finished leases."""
+
+    queue: str
+    group: str
+    high: int
+    # Lease number -> (lease id, how it ended), oldest first.
+    finished: dict[int, tuple[int, LeaseState]] = field(default_factory=dict)
+
+
+@dataclass
+class LeaseSnapshot:
+    next_id: int
+    cursors: list[CursorRecord]
+    groups: list[GroupRecord]
+    leases: list[LeaseRecord]
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def _text(value: str) -> bytes:
+    data = value.encode()
+    return _U16.pack(len(data)) + data
+
+
+def encode_cursor(record: CursorRecord) -> bytes:
+    return _text(record.topic) + _text(record.group) + _U64.pack(record.position)
+
+
+def encode_cursor_end(topic: str, group: str) -> bytes:
+    return _text(topic) + _text(group)
+
+
+def encode_lease(record: LeaseRecord) -> bytes:
+    return (
+        _U64.pack(record.lease_id)
+        + _text(record.queue)
+        + _text(record.group)
+        + _U64.pack(record.number)
+        + _I64.pack(record.expires)
+    )
+
+
+def encode_lease_mark(lease_id: int, seq: int, add: int) -> bytes:
+    return _MARK.pack(lease_id, seq, add)
+
+
+def encode_lease_end(lease_id: int, state: LeaseState) -> bytes:
+    return _END.pack(lease_id, _STATE_CODES[state])
+
+
+def _group(record: GroupRecord) -> bytes:
+    parts = [
+        _text(record.queue),
+        _text(record.group),
+        _U64.pack(record.high),
+        _U32.pack(len(record.finished)),
+    ]
+    for number, (lease_id, state) in record.finished.items():
+        parts.append(_FINISHED.pack(lease_id, number, _STATE_CODES[state]))
+    return b"".join(parts)
+
+
+def _counted(payloads: list[bytes]) -> bytes:
+    return _U32.pack(len(payloads)) + b"".join(_U32.pack(len(p)) + p for p in payloads)
+
+
+def encode_lease_snapshot(snapshot: LeaseSnapshot) -> bytes:
+    return (
+        _U64.pack(snapshot.next_id)
+        + _counted([encode_cursor(cursor) for cursor in snapshot.cursors])
+        + _counted([_group(group) for group in snapshot.groups])
+        + _counted([encode_lease(lease) for lease in snapshot.leases])
+    )
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def _state(code: int) -> LeaseState:
+    state = _CODE_STATES.get(code)
+    if state is None:
+        raise RecordError(f"unknown lease state {code}")
+    return state
+
+
+def _read_cursor(reader: Reader) -> CursorRecord:
+    return CursorRecord(reader.text(), reader.text(), reader.u64())
+
+
+def _read_lease(reader: Reader) -> LeaseRecord:
+    lease_id = reader.u64()
+    queue, group = reader.text(), reader.text()
+    number = reader.u64()
+    (expires,) = reader.unpack(_I64)
+    return LeaseRecord(lease_id, queue, group, number, expires)
+
+
+def _read_group(reader: Reader) -> GroupRecord:
+    record = GroupRecord(reader.text(), reader.text(), reader.u64())
+    for _ in range(reader.u32()):
+        lease_id, number, code = reader.unpack(_FINISHED)
+        record.finished[number] = (lease_id, _state(code))
+    return record
+
+
+def _whole(data: bytes, read: Callable[[Reader], T]) -> T:
+    """Decode a payload that `read` must consume entirely."""
+    reader = Reader(data)
+    value = read(reader)
+    reader.done()
+    return value
+
+
+def decode_cursor(data: bytes) -> CursorRecord:
+    return _whole(data, _read_cursor)
+
+
+def decode_cursor_end(data: bytes) -> tuple[str, str]:
+    return _whole(data, lambda reader: (reader.text(), reader.text()))
+
+
+def decode_lease(data: bytes) -> LeaseRecord:
+    return _whole(data, _read_lease)
+
+
+def decode_lease_mark(data: bytes) -> tuple[int, int, int]:
+    reader = Reader(data)
+    lease_id, seq, add = reader.unpack(_MARK)
+    reader.done()
+    return lease_id, seq, add
+
+
+def decode_lease_end(data: bytes) -> tuple[int, LeaseState]:
+    reader = Reader(data)
+    lease_id, code = reader.unpack(_END)
+    reader.done()
+    return lease_id, _state(code)
+
+
+def decode_lease_snapshot(data: bytes) -> LeaseSnapshot:
+    reader = Reader(data)
+    next_id = reader.u64()
+    cursors = [decode_cursor(reader.blob()) for _ in range(reader.u32())]
+    groups = [_whole(reader.blob(), _read_group) for _ in range(reader.u32())]
+    leases = [decode_lease(reader.blob()) for _ in range(reader.u32())]
+    reader.done()
+    return LeaseSnapshot(next_id, cursors, groups, leases)
+
+
+# -- recovery -------------------------------------------------------------------------------
+
+
+@dataclass
+class RecoveredLeases:
+    """Cursors and leases as the journal's first recovery pass finds them."""
+
+    next_id: int = 0
+    cursors: dict[tuple[str, str], int] = field(default_factory=dict)  # (topic, group) -> position
+    groups: dict[tuple[str, str], GroupRecord] = field(default_factory=dict)  # by (queue, group)
+    open: dict[int, LeaseRecord] = field(default_factory=dict)  # by lease id
+    # The lease that last took each live message (by its ADD's LSN).
+    holders: dict[int, int] = field(default_factory=dict)
+
+    def replay(self, kind: RecordType, payload: bytes) -> None:
+        """Apply one state record (a type in STATE_RECORDS), in journal order."""
+        if kind is RecordType.CURSOR:
+            cursor = decode_cursor(payload)
+            self.cursors[cursor.topic, cursor.group] = cursor.position
+        elif kind is RecordType.CURSOR_END:
+            self.cursors.pop(decode_cursor_end(payload), None)
+        elif kind is RecordType.LEASE:
+            self._opened(decode_lease(payload))
+        elif kind is RecordType.LEASE_END:
+            self._ended(*decode_lease_end(payload))
+        elif kind is RecordType.LEASE_SNAPSHOT:
+            self._restate(decode_lease_snapshot(payload))
+
+    def marked(self, add: int, lease_id: int) -> None:
+        """A LEASE_MARK of a message that is still live at this point of the journal."""
+        self.holders[add] = lease_id
+
+    def keep_live(self, is_live: Callable[[int], bool]) -> None:
+        """After the first pass: forget the holders of messages that were consumed since."""
+        self.holders = {add: lease for add, lease in self.holders.items() if is_live(add)}
+
+    def _group(self, queue: str, group: str) -> GroupRecord:
+        record = self.groups.get((queue, group))
+        if record is None:
+            record = self.groups[queue, group] = GroupRecord(queue, group, 0)
+        return record
+
+    def _opened(self, lease: LeaseRecord) -> None:
+        self.open[lease.lease_id] = lease
+        group = self._group(lease.queue, lease.group)
+        group.high = max(group.high, lease.number)
+        self.next_id = max(self.next_id, lease.lease_id + 1)
+
+    def _ended(self, lease_id: int, state: LeaseState) -> None:
+        lease = self.open.pop(lease_id, None)
+        if lease is not None:
+            self._group(lease.queue, lease.group).finished[lease.number] = (lease_id, state)
+
+    def _restate(self, snapshot: LeaseSnapshot) -> None:
+        self.next_id = max(self.next_id, snapshot.next_id)
+        self.cursors = {(c.topic, c.group): c.position for c in snapshot.cursors}
+        self.groups = {(g.queue, g.group): g for g in snapshot.groups}
+        self.open = {lease.lease_id: lease for lease in snapshot.leases}

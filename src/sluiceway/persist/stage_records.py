@@ -1,0 +1,236 @@
+"""The journal records of stages (publishing a batch exactly once), and their payloads.
+
+The protocol is in docs/pipelines-protocol.md; core.stages keeps the state, core.stage_journal
+writes and replays these records. Integers are little-endian; strings are UTF-8 with a u16 length
+prefix, as in core.records; a destination is its kind u8 and name, as there.
+
+| type | record | payload |
+|---|---|---|
+| 30 | STAGE_OPEN | stage id u64, sink, batch u64, task: a stage was created |
+| 31 | STAGE_ADD | stage id u64, index u64, expires i64, then a message (core.records) |
+| 32 | STAGE_COMMIT | sink, batch u64, count u32 of published stages, count u32 of discarded ids |
+| 33 | STAGE_DISCARD | count u32, then that many stage ids u64 |
+| 34 | STAGE_SNAPSHOT | next stage id u64, then counted sinks, open stages, published stages |
+
+A STAGE_ADD holds one staged message, written whatever its `persistent` header. `index` counts
+the stage's earlier messages for the same destination, so the message's sequence number once
+published is the stage's first sequence number for that destination plus `index`. `expires`
+(ms since the epoch) is when the stage is discarded if nothing else is sent to it.
+
+A STAGE_COMMIT is the one record that decides a COMMIT: it lists the stages it publishes, in
+task order, each as stage id u64, count u16, then (destination, first sequence number u64) per
+destination it has messages for; then the ids of the stages it discards (the batch's tasks not
+listed, and stages of earlier batches of the sink). Its sink and batch become the sink's highest
+committed batch.
+
+A STAGE_SNAPSHOT restates, at the start of every new segment, what older segments may no longer
+hold: the next stage id; the sinks, each as sink and highest committed batch u64; the open
+stages, each a STAGE_OPEN payload; the published stages whose records may still be on disk, each
+as commit LSN u64, last STAGE_ADD LSN u64, then a published stage as in STAGE_COMMIT. Each part
+is a u32 count, then the items.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from sluiceway.core.values.message import Message
+from sluiceway.naming import DestinationName
+from sluiceway.persist.records import Reader, decode_message, encode_message, encode_position
+
+_U16: Final = struct.Struct("<H")
+_U32: Final = struct.Struct("<I")
+_U64: Final = struct.Struct("<Q")
+_ADD_HEAD: Final = struct.Struct("<QQq")  # stage id, index, expires
+_LSNS: Final = struct.Struct("<QQ")  # commit LSN, last STAGE_ADD LSN
+assert (_U16.size, _U32.size, _U64.size) == (2, 4, 8)
+assert _ADD_HEAD.size == 24
+assert _LSNS.size == 16
+
+MAX_BATCH: Final = 2**63 - 1  # batch numbers are decimal integers from 0 to 2^63-1
+MAX_EXPIRES: Final = 2**63 - 1  # an expiry that does not fit an i64 is "never"
+
+
+@dataclass(frozen=True, slots=True)
+class StageName:
+    """`SINK/BATCH/TASK`: a sink, a batch number, and a writer task."""
+
+    sink: str
+    batch: int
+    task: str
+
+    def __str__(self) -> str:
+        return f"{self.sink}/{self.batch}/{self.task}"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenStage:
+    """A stage's identity (STAGE_OPEN, and the open stages of a STAGE_SNAPSHOT)."""
+
+    stage_id: int
+    name: StageName
+
+
+@dataclass(frozen=True, slots=True)
+class StagedHead:
+    """The fixed part of a STAGE_ADD, read without decoding the message."""
+
+    stage_id: int
+    index: int
+    expires: int
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedStage:
+    """A stage a COMMIT published: where its messages' sequence numbers start, per destination.
+
+    `commit_lsn` (the STAGE_COMMIT's LSN) and `last_lsn` (its last STAGE_ADD's) are known once
+    written; a STAGE_COMMIT leaves them out, a STAGE_SNAPSHOT carries them.
+    """
+
+    stage_id: int
+    firsts: tuple[tuple[DestinationName, int], ...]
+    commit_lsn: int = 0
+    last_lsn: int = 0
+
+    def first_seq(self, destination: DestinationName) -> int | None:
+        for name, seq in self.firsts:
+            if name == destination:
+                return seq
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRecord:
+    sink: str
+    batch: int
+    published: tuple[PublishedStage, ...]
+    discarded: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StageSnapshot:
+    next_id: int
+    sinks: tuple[tuple[str, int], ...]
+    open: tuple[OpenStage, ...]
+    published: tuple[PublishedStage, ...]
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def _text(value: str) -> bytes:
+    data = value.encode()
+    return _U16.pack(len(data)) + data
+
+
+def encode_open(stage: OpenStage) -> bytes:
+    name = stage.name
+    return _U64.pack(stage.stage_id) + _text(name.sink) + _U64.pack(name.batch) + _text(name.task)
+
+
+def encode_add(head: StagedHead, message: Message) -> bytes:
+    return _ADD_HEAD.pack(head.stage_id, head.index, head.expires) + encode_message(message)
+
+
+def _published(stage: PublishedStage) -> bytes:
+    parts = [_U64.pack(stage.stage_id), _U16.pack(len(stage.firsts))]
+    parts.extend(encode_position(name, seq) for name, seq in stage.firsts)
+    return b"".join(parts)
+
+
+def _ids(ids: tuple[int, ...]) -> bytes:
+    return _U32.pack(len(ids)) + b"".join(_U64.pack(i) for i in ids)
+
+
+def encode_commit(record: CommitRecord) -> bytes:
+    parts = [_text(record.sink), _U64.pack(record.batch), _U32.pack(len(record.published))]
+    parts.extend(_published(stage) for stage in record.published)
+    parts.append(_ids(record.discarded))
+    return b"".join(parts)
+
+
+def encode_discard(ids: tuple[int, ...]) -> bytes:
+    return _ids(ids)
+
+
+def encode_snapshot(snapshot: StageSnapshot) -> bytes:
+    parts = [_U64.pack(snapshot.next_id), _U32.pack(len(snapshot.sinks))]
+    parts.extend(_text(sink) + _U64.pack(batch) for sink, batch in snapshot.sinks)
+    parts.append(_U32.pack(len(snapshot.open)))
+    parts.extend(encode_open(stage) for stage in snapshot.open)
+    parts.append(_U32.pack(len(snapshot.published)))
+    for stage in snapshot.published:
+        parts.append(_LSNS.pack(stage.commit_lsn, stage.last_lsn))
+        parts.append(_published(stage))
+    return b"".join(parts)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def _read_open(reader: Reader) -> OpenStage:
+    stage_id = reader.u64()
+    sink = reader.text()
+    batch = reader.u64()
+    return OpenStage(stage_id, StageName(sink, batch, reader.text()))
+
+
+def _read_published(reader: Reader, commit_lsn: int = 0, last_lsn: int = 0) -> PublishedStage:
+    stage_id = reader.u64()
+    (count,) = reader.unpack(_U16)
+    firsts = tuple((reader.destination(), reader.u64()) for _ in range(count))
+    return PublishedStage(stage_id, firsts, commit_lsn, last_lsn)
+
+
+def _read_ids(reader: Reader) -> tuple[int, ...]:
+    return tuple(reader.u64() for _ in range(reader.u32()))
+
+
+def decode_open(data: bytes) -> OpenStage:
+    reader = Reader(data)
+    stage = _read_open(reader)
+    reader.done()
+    return stage
+
+
+def decode_add_head(data: bytes) -> StagedHead:
+    """The stage id, index and expiry of a STAGE_ADD, without decoding its message."""
+    stage_id, index, expires = _ADD_HEAD.unpack_from(data, 0)
+    return StagedHead(stage_id, index, expires)
+
+
+def decode_add(data: bytes) -> tuple[StagedHead, Message]:
+    return decode_add_head(data), decode_message(data[_ADD_HEAD.size :])
+
+
+def decode_commit(data: bytes) -> CommitRecord:
+    reader = Reader(data)
+    sink = reader.text()
+    batch = reader.u64()
+    published = tuple(_read_published(reader) for _ in range(reader.u32()))
+    record = CommitRecord(sink, batch, published, _read_ids(reader))
+    reader.done()
+    return record
+
+
+def decode_discard(data: bytes) -> tuple[int, ...]:
+    reader = Reader(data)
+    ids = _read_ids(reader)
+    reader.done()
+    return ids
+
+
+def decode_snapshot(data: bytes) -> StageSnapshot:
+    reader = Reader(data)
+    next_id = reader.u64()
+    sinks = tuple((reader.text(), reader.u64()) for _ in range(reader.u32()))
+    open_stages = tuple(_read_open(reader) for _ in range(reader.u32()))
+    published = []
+    for _ in range(reader.u32()):
+        commit_lsn, last_lsn = reader.unpack(_LSNS)
+        published.append(_read_published(reader, commit_lsn, last_lsn))
+    reader.done()
+    return StageSnapshot(next_id, sinks, open_stages, tuple(published))

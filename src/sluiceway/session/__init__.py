@@ -1,0 +1,1 @@
+"""The sans-IO STOMP session: frames in, frames out, no sockets and no awaiting."""

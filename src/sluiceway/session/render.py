@@ -1,0 +1,235 @@
+"""The frames the broker writes: MESSAGE, RECEIPT, ERROR and CONNECTED, as bytes.
+
+A MESSAGE carries the broker's headers first (`subscription`, `message-id`, `destination`, `ack`
+in STOMP 1.2 client-acknowledged subscriptions, `redelivered`, `delivery-count`, `priority`,
+`persistent`, `expires`, `timestamp`), then the producer's own headers (`content-type` among them)
+and `content-length`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Final
+
+from sluiceway.core.model.subscription import AckMode, Delivery
+from sluiceway.core.values.message import Message
+from sluiceway.errors import BrokerError
+from sluiceway.naming import DestinationKind
+from sluiceway.protocol.codec import encode_frame, escape_value, header_lines
+from sluiceway.protocol.frames import Frame, StompVersion
+
+ACK_SEPARATOR = "/"  # ack id = "<subscription number>/<message id>": needs no escaping
+# Headers the broker puts on every MESSAGE besides the producer's: a SEND may carry at most
+# imq.stomp.max_header_count minus these, so the MESSAGE stays within the same limit.
+BROKER_MESSAGE_HEADERS = 12
+
+
+def ack_id(delivery: Delivery) -> str:
+    return f"{delivery.subscription.number}{ACK_SEPARATOR}{delivery.message.id}"
+
+
+def parse_ack_id(text: str) -> tuple[int, str] | None:
+    """(subscription number, message id) from a STOMP 1.2 ack id, or None if it is not one."""
+    number, separator, message_id = text.partition(ACK_SEPARATOR)
+    # isdecimal() alone would accept digits of other scripts, which int() may still refuse.
+    if not separator or not (number.isascii() and number.isdigit()) or not message_id:
+        return None
+    return int(number), message_id
+
+
+# The broker's own MESSAGE headers: a producer's header of the same name is left out.
+_BROKER_NAMES: Final = frozenset(
+    ("subscription", "message-id", "destination", "ack", "redelivered", "delivery-count",
+     "priority", "persistent", "expires", "timestamp", "sequence", "content-length")
+)  # fmt: skip
+
+
+# Subscription ids and destination names recur on every MESSAGE: escaped once each.
+_escape_name: Final = lru_cache(maxsize=4096)(escape_value)
+# Read on every message: a Final name is a C static when compiled (setup.py says why).
+_TOPIC: Final = DestinationKind.TOPIC
+
+
+def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
+    """The MESSAGE for `delivery`. In STOMP 1.2 the headers that are the same for every
+    delivery of the message are encoded once (and kept on a topic's message for its other
+    subscribers); only the subscription's and delivery's own are encoded per frame."""
+    if version is not StompVersion.V1_2:
+        return _message_frame(delivery, version)
+    message = delivery.message
+    wire = message.wire or _message_wire(message)
+    if wire is None:
+        return _message_frame(delivery, version)
+    message_id, tail = wire
+    subscription = delivery.subscription
+    count = delivery.delivery_count
+    ack = ""
+    if subscription.ack_mode is not AckMode.AUTO:
+        ack = f"ack:{subscription.number}{ACK_SEPARATOR}{message_id}\n"
+    head = (
+        f"MESSAGE\nsubscription:{_escape_name(subscription.id)}\nmessage-id:{message_id}\n"
+        f"{ack}redelivered:{'true' if count > 1 else 'false'}\ndelivery-count:{count}\n"
+    )
+    try:
+        encoded = head.encode()
+    except UnicodeEncodeError:
+        return _message_frame(delivery, version)  # which names the header it cannot send
+    return b"".join((encoded, tail, message.body, b"\0"))
+
+
+def _message_wire(message: Message) -> tuple[str, bytes] | None:
+    """The escaped message id and the encoded headers after the per-delivery ones, up to the
+    blank line; None when only the general encoding can render the message faithfully."""
+    if not message.headers:
+        # No header of the producer's (the usual case): written directly.
+        tail = (
+            f"destination:{_escape_name(message.destination.path)}\n"
+            f"priority:{message.priority}\n"
+            f"persistent:{'true' if message.persistent else 'false'}\n"
+            f"expires:{message.expires}\ntimestamp:{message.timestamp}\n"
+            f"sequence:{message.seq}\ncontent-length:{len(message.body)}\n\n"
+        ).encode()
+        return _keep(message, (escape_value(message.id), tail))
+    if any(name == "ack" for name, _ in message.headers):
+        return None  # a producer's `ack` shows on ack:auto subscriptions only: not constant
+    headers = _message_headers(message)
+    for name, value in message.headers:
+        if name not in _BROKER_NAMES:
+            headers.setdefault(name, value)
+    headers["content-length"] = str(len(message.body))
+    try:
+        tail = (header_lines("MESSAGE", headers, StompVersion.V1_2) + "\n").encode()
+    except UnicodeEncodeError:
+        return None
+    return _keep(message, (escape_value(message.id), tail))
+
+
+def _message_headers(message: Message) -> dict[str, str]:
+    """The broker's headers that describe the message itself, the same in every delivery
+    (the producer's headers and content-length come after them)."""
+    return {
+        "destination": message.destination.path,
+        "priority": str(message.priority),
+        "persistent": "true" if message.persistent else "false",
+        "expires": str(message.expires),
+        "timestamp": str(message.timestamp),
+        "sequence": str(message.seq),
+    }
+
+
+def _keep(message: Message, wire: tuple[str, bytes]) -> tuple[str, bytes]:
+    if message.destination.kind is _TOPIC:
+        message.wire = wire  # every subscriber gets the same
+    return wire
+
+
+def _message_frame(delivery: Delivery, version: StompVersion) -> bytes:
+    subscription = delivery.subscription
+    message = delivery.message
+    headers = {
+        "subscription": subscription.id,
+        "message-id": message.id,
+        "destination": message.destination.path,
+    }
+    if version is StompVersion.V1_2 and subscription.ack_mode is not AckMode.AUTO:
+        headers["ack"] = ack_id(delivery)
+    headers["redelivered"] = "true" if delivery.delivery_count > 1 else "false"
+    headers["delivery-count"] = str(delivery.delivery_count)
+    headers.update(_message_headers(message))
+    if version is StompVersion.V1_2:
+        for name, value in message.headers:
+            headers.setdefault(name, value)
+    else:
+        for name, value in message.headers:
+            if _representable(name, value, version):
+                headers.setdefault(name, value)
+    headers["content-length"] = str(len(message.body))  # also for an empty body
+    return encode_frame(Frame("MESSAGE", headers, message.body), version)
+
+
+def _representable(name: str, value: str, version: StompVersion) -> bool:
+    """Whether a header a 1.2 producer sent can be written to an older client at all.
+
+    STOMP 1.1 cannot escape a carriage return; 1.0 escapes nothing. Such headers are left out of
+    the MESSAGE rather than corrupting the frame.
+    """
+    if "\r" in name or "\r" in value:
+        return False
+    if version is StompVersion.V1_0:
+        return "\n" not in name and "\n" not in value and ":" not in name
+    return True
+
+
+def echoable(value: str, version: StompVersion | None) -> bool:
+    """Whether a value the client sent can be written back to it in its version.
+
+    STOMP 1.0 and 1.1 have no escape for a carriage return, which their decoders nevertheless
+    accept inside a value; such a value cannot be echoed in a RECEIPT or a MESSAGE.
+    """
+    return version is StompVersion.V1_2 or version is None or "\r" not in value
+
+
+def receipt_frame(
+    receipt: str, version: StompVersion | None, extra: Mapping[str, str] | None = None
+) -> bytes:
+    if not extra and (version is StompVersion.V1_2 or version is None):
+        # The common case, one per SEND with a receipt, written directly.
+        try:
+            return f"RECEIPT\nreceipt-id:{escape_value(receipt)}\n\n\0".encode()
+        except UnicodeEncodeError:
+            pass  # encode_frame names what cannot be sent
+    headers = {"receipt-id": receipt}
+    if extra:
+        headers.update(extra)
+    return encode_frame(Frame("RECEIPT", headers), version)
+
+
+def error_frame(
+    error: BrokerError,
+    version: StompVersion | None,
+    receipt: str | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> bytes:
+    """An ERROR: `message` is the summary, `status` the Open MQ code, the body the explanation."""
+    headers = {
+        # One line, so it is a valid header value in every STOMP version.
+        "message": " ".join(error.summary.split()),
+        "status": str(int(error.status)),
+        "content-type": "text/plain;charset=utf-8",
+    }
+    if receipt is not None and echoable(receipt, version):
+        headers["receipt-id"] = receipt
+    headers.update(_refusal_headers(error))
+    if extra:
+        headers.update(extra)
+    body = (str(error) + "\n").encode()
+    return encode_frame(Frame("ERROR", headers, body), version)
+
+
+def connected_frame(headers: dict[str, str]) -> bytes:
+    return encode_frame(Frame("CONNECTED", headers))
+
+
+def failed_receipt_frame(receipt: str, error: BrokerError, version: StompVersion | None) -> bytes:
+    """A RECEIPT saying the frame was refused (for clients that sent `failed-receipts:true`)."""
+    headers = {
+        "receipt-id": receipt,
+        "status": str(int(error.status)),
+        "message": " ".join(error.summary.split()),
+        "detail": " ".join(str(error).split()),
+    }
+    headers.update(_refusal_headers(error))
+    return encode_frame(Frame("RECEIPT", headers), version)
+
+
+def _refusal_headers(error: BrokerError) -> dict[str, str]:
+    """`destination`, `limit` and `limit-value` of a refusal caused by a limit."""
+    headers = {}
+    if error.destination is not None:
+        headers["destination"] = error.destination
+    if error.limit is not None:
+        headers["limit"] = error.limit
+    if error.limit_value is not None:
+        headers["limit-value"] = error.limit_value
+    return headers
