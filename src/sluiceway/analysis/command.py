@@ -126,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
 def analyse(options: Options) -> tuple[Path, Path, list[str]]:
     """Run the analysis; return the two files written and one line per changed setting."""
     # PySpark and matplotlib load only here: the rest of the command line never pays for them.
-    from sluiceway.analysis import report, rules, sources  # noqa: PLC0415
-    from sluiceway.analysis.session import spark_session  # noqa: PLC0415
-    from sluiceway.analysis.summary import Analysis  # noqa: PLC0415
+    from sluiceway.analysis import report, rules, sources  # noqa: PLC0415 (PySpark loads only for analyze)
+    from sluiceway.analysis.session import spark_session  # noqa: PLC0415 (PySpark loads only for analyze)
+    from sluiceway.analysis.summary import Analysis  # noqa: PLC0415 (PySpark loads only for analyze)
 
     remote = sources.is_remote(options.history)
     if remote:
@@ -139,9 +139,9 @@ def analyse(options: Options) -> tuple[Path, Path, list[str]]:
         # Absolute: on a cluster a relative path would be read from Spark's default file system.
         paths, where = [str(f.resolve()) for f in files], str(directory)
     with spark_session(options.master, options.spark_conf) as spark:
-        from pyspark.errors import PySparkException  # noqa: PLC0415
+        from pyspark.errors import PySparkException  # noqa: PLC0415 (PySpark loads only for analyze)
 
-        from sluiceway.analysis import job  # noqa: PLC0415
+        from sluiceway.analysis import job  # noqa: PLC0415 (PySpark loads only for analyze)
 
         try:
             collected = job.run(spark, paths, options.since_ms, options.until_ms, where)

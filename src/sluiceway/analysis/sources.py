@@ -125,7 +125,7 @@ def how_to_enable() -> str:
 
 def schema() -> StructType:
     # PySpark is imported only once `analyze` runs: the other commands never pay for it.
-    from pyspark.sql import types as T  # noqa: PLC0415
+    from pyspark.sql import types as T  # noqa: PLC0415 (PySpark loads only for analyze)
 
     kinds: dict[str, T.DataType] = {
         "long": T.LongType(),
@@ -140,7 +140,7 @@ def load(
     spark: SparkSession, paths: list[str], since_ms: int | None, until_ms: int | None
 ) -> DataFrame:
     """Every history row between the two times (inclusive), one table for all kinds."""
-    from pyspark.sql import functions as F  # noqa: PLC0415
+    from pyspark.sql import functions as F  # noqa: PLC0415 (PySpark loads only for analyze)
 
     rows = spark.read.schema(schema()).json(paths).where(F.col("ts").isNotNull())
     if since_ms is not None:

@@ -203,10 +203,10 @@ def write_json(report: Report, target: str, stdout: Any) -> None:
 
 def write_plot(report: Report, target: str) -> None:
     """Throughput and latency per second; matplotlib is imported only here, when asked."""
-    import matplotlib  # noqa: PLC0415  (optional, and slow to import)
+    import matplotlib  # noqa: PLC0415 (optional, and slow to import)
 
     matplotlib.use("Agg")  # no display needed: the figure goes to a file
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (after matplotlib.use)
 
     figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
     for name in ("sent", "received"):

@@ -93,7 +93,7 @@ class AccessWatcher:
             users = self._users.load()
         except ConfigError as exc:
             # The message names the file and the line: there is no bug to trace.
-            log.error(  # noqa: TRY400
+            log.error(  # noqa: TRY400 (the message names file and line: no traceback)
                 "access change: %s; open connections are left as they are until it is fixed", exc
             )
             return
