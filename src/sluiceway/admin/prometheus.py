@@ -279,7 +279,7 @@ class BrokerCollector(Collector):
 
 
 def _input(broker: Broker) -> Iterator[Metric]:
-    """Connections and the input they hold, against the limits of both (server.input_budget,
+    """Connections and the input they hold, against the limits of both (session.input_budget,
     core.connection_counts)."""
     counts, ledger = broker.connection_counts, broker.ledger
     for name, text, value in (

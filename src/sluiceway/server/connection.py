@@ -10,7 +10,7 @@ Flow metering: each turn of the pump writes pending control frames, then at most
 `connection-flow-count` MESSAGE frames, then yields to the event loop, so incoming frames are read
 and their RECEIPTs written before the next batch of messages.
 
-Input is bounded (server.input_budget): after every read, what the session holds of frames being
+Input is bounded (session.input_budget): after every read, what the session holds of frames being
 received is charged to the memory ledger and checked against the connection's and the broker's
 limits. A new connection is first counted against imq.stomp.max_connections and
 imq.stomp.max_connections_per_address (core.connection_counts); one past them never reaches the
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from sluiceway.errors import BadRequest, BrokerError, InternalError
-from sluiceway.server.input_budget import InputBudget
+from sluiceway.session.input_budget import InputBudget
 from sluiceway.session.render import error_frame
 from sluiceway.session.session import SessionState, StompSession
 

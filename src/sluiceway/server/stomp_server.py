@@ -21,7 +21,7 @@ from sluiceway.core.values.connection_counts import MAX_CONNECTIONS, MAX_PER_ADD
 from sluiceway.errors import BrokerError
 from sluiceway.security.access import Gate
 from sluiceway.server.connection import ConnectionInfo, StompProtocol, Traffic
-from sluiceway.server.input_budget import CONNECT_FRAME_SIZE, INPUT_MAX, INPUT_TOTAL_MAX
+from sluiceway.session.input_budget import CONNECT_FRAME_SIZE, INPUT_MAX, INPUT_TOTAL_MAX
 from sluiceway.session.session import StompSession
 
 log = logging.getLogger(__name__)

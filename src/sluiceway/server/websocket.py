@@ -31,7 +31,7 @@ protocol expects:
 Messages larger than `imq.stomp.max_frame_size` (plus `MESSAGE_SLACK`) are refused by aiohttp
 with close code 1009; a frame slightly over the limit still gets the STOMP ERROR naming it.
 
-The input budget (server.input_budget) covers what aiohttp holds too: aiohttp assembles a whole
+The input budget (session.input_budget) covers what aiohttp holds too: aiohttp assembles a whole
 message before handing it over, so a client stalled inside one would hold up to the message
 limit unseen. `InputCounter` stands between the socket's transport and aiohttp's protocol and
 counts the bytes aiohttp is given; those that arrived since the last message was taken, plus what

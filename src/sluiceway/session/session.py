@@ -67,9 +67,9 @@ from sluiceway.security.access import (
 )
 from sluiceway.security.logins import PendingLogin
 from sluiceway.security.users import Principal
-from sluiceway.server.input_budget import connect_frame_limit, frame_limit, frame_limit_error
 from sluiceway.session import headers as h
 from sluiceway.session import readers, stage_frames
+from sluiceway.session.input_budget import connect_frame_limit, frame_limit, frame_limit_error
 from sluiceway.session.render import (
     connected_frame,
     echoable,
@@ -159,7 +159,7 @@ class StompSession:
         # Called when something settled outside this session's own input (a held SEND was
         # accepted or refused): control frames to write, and maybe input to read again.
         self._on_control = on_control
-        # Until a CONNECT is accepted, only a frame a CONNECT fits in (server.input_budget).
+        # Until a CONNECT is accepted, only a frame a CONNECT fits in (session.input_budget).
         first_frame, limit = connect_frame_limit(config)
         self._decoder = FrameDecoder(
             max_frame_size=first_frame,
