@@ -21,7 +21,7 @@ from sluiceway.admin import model
 from sluiceway.core.model.destination import Destination
 
 if TYPE_CHECKING:
-    from sluiceway.app.services import Services
+    from sluiceway.admin.view import BrokerView
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ SUFFIX: Final = ".jsonl"
 class HistoryWriter:
     """Appends rows each interval and enforces retention; called from the broker's tick."""
 
-    def __init__(self, services: Services, directory: Path) -> None:
+    def __init__(self, services: BrokerView, directory: Path) -> None:
         config = services.config
         self.services = services
         self.directory = directory

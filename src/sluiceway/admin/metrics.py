@@ -24,7 +24,7 @@ from sluiceway.core.values.counts import CountLimit
 from sluiceway.naming import DestinationName
 
 if TYPE_CHECKING:
-    from sluiceway.app.services import Services
+    from sluiceway.admin.view import ListenersView
 
 RATE_WINDOW: Final = 5  # seconds over which rates are measured
 
@@ -145,7 +145,7 @@ class _Track:
 class MetricsSampler:
     """Samples the broker once a tick; answers rates, peaks and averages."""
 
-    def __init__(self, broker: Broker, services: Services) -> None:
+    def __init__(self, broker: Broker, services: ListenersView) -> None:
         self.broker = broker
         self.services = services
         self._destinations: dict[DestinationName, _Track] = {}

@@ -25,7 +25,7 @@ from sluiceway.naming import DestinationKind
 
 if TYPE_CHECKING:
     from sluiceway.admin.metrics import CountTrend, DestinationTrend
-    from sluiceway.app.services import Services
+    from sluiceway.admin.view import BrokerView
 
 
 def to_json(value: Any) -> Any:
@@ -365,7 +365,7 @@ def held_producers(broker: Broker) -> list[HeldProducerSnapshot]:
     ]
 
 
-def connections(broker: Broker, services: Services) -> list[ConnectionSnapshot]:
+def connections(broker: Broker, services: BrokerView) -> list[ConnectionSnapshot]:
     now_ms = broker.clock.time_ms()
     rows = []
     for info in services.connections():
@@ -417,7 +417,7 @@ def durables(broker: Broker) -> list[DurableSnapshot]:
     return rows
 
 
-def broker_snapshot(broker: Broker, services: Services, started: float) -> BrokerSnapshot:
+def broker_snapshot(broker: Broker, services: BrokerView, started: float) -> BrokerSnapshot:
     ledger = broker.ledger
     policy = ledger.policy
     dmq = broker.registry.get(DMQ_NAME)

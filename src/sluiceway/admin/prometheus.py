@@ -31,7 +31,7 @@ from sluiceway.core.values.memory import MemoryLevel
 
 if TYPE_CHECKING:
     from sluiceway.admin.http import AdminServer
-    from sluiceway.app.services import Services
+    from sluiceway.admin.view import BrokerView
     from sluiceway.core.broker import Broker
 
 _COUNTERS = (
@@ -52,7 +52,7 @@ _LIMITS = ("maxNumMsgs", "maxTotalMsgBytes", "maxBytesPerMsg", "maxNumProducers"
 class BrokerCollector(Collector):
     """Everything /metrics shows, read at scrape time."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: BrokerView) -> None:
         self.services = services
 
     def collect(self) -> Iterator[Metric]:

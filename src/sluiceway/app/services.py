@@ -100,7 +100,7 @@ class Services:
             await stomp_tls.start(port=config.stomp_tls_port, tls=tls)
             self.listeners.append(stomp_tls)
         if config.ws_port >= 0:
-            ws = WebSocketServer(self.broker, self)
+            ws = WebSocketServer(self.broker, "ws", self.gate)
             await ws.start(tls=tls if config.ws_tls else None)
             self.listeners.append(ws)
         if config.admin_port >= 0:

@@ -30,7 +30,7 @@ import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from sluiceway.errors import BadRequest, BrokerError, InternalError
 from sluiceway.session.input_budget import InputBudget
@@ -38,7 +38,9 @@ from sluiceway.session.render import error_frame
 from sluiceway.session.session import SessionState, StompSession
 
 if TYPE_CHECKING:
-    from sluiceway.server.stomp_server import StompServer
+    from sluiceway.config import BrokerConfig
+    from sluiceway.core.broker import Broker
+    from sluiceway.security.access import Gate
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +101,46 @@ class Traffic:
         self.msgs_out += other.msgs_out
 
 
+class Serving(Protocol):
+    """What serves STOMP: the broker, its configuration, and the users and access rules shared
+    by every session (None: each session reads its own, or there is no authentication)."""
+
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def gate(self) -> Gate | None: ...
+
+
+class Listening(Serving, Protocol):
+    """The listener a connection was accepted by, as the connection uses it (a StompServer).
+
+    Declared here so that the connection need not import the listener that creates it.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def admit(self, protocol: StompProtocol, address: str) -> BrokerError | None: ...
+
+    def refused(self, limit: str | None) -> None: ...
+
+    def connection_opened(self, protocol: StompProtocol) -> None: ...
+
+    def connection_closed(self, protocol: StompProtocol) -> None: ...
+
+    def flush_store(self) -> None: ...
+
+    def wait_for_sync(self, protocol: StompProtocol) -> None: ...
+
+
 class StompProtocol(asyncio.Protocol):
     """One accepted STOMP connection."""
 
-    def __init__(self, server: StompServer) -> None:
+    def __init__(self, server: Listening) -> None:
         self._server = server
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None

@@ -3,7 +3,7 @@
 Every listener counts the connections it accepts in the broker's one `ConnectionCounts`, so
 imq.stomp.max_connections and imq.stomp.max_connections_per_address hold over all of them; it
 counts the connections it refused, or closed, by each connection and input limit (the metrics).
-The broker's periodic tick and the other services live in server.services.
+The broker's periodic tick and the other services live in app.services.
 """
 
 from __future__ import annotations

@@ -58,8 +58,8 @@ from sluiceway.server.httpguard import ConnectionGuard, GuardLimits, handling, h
 from sluiceway.server.stomp_server import StompServer
 
 if TYPE_CHECKING:
-    from sluiceway.app.services import Services
     from sluiceway.core.broker import Broker
+    from sluiceway.security.access import Gate
 
 log = logging.getLogger(__name__)
 
@@ -393,9 +393,8 @@ class WebSocketServer(StompServer):
     aiohttp's low-level HTTP server takes the WebSocket handshake.
     """
 
-    def __init__(self, broker: Broker, services: Services, name: str = "ws") -> None:
-        super().__init__(broker, name, services.gate)
-        self.services = services
+    def __init__(self, broker: Broker, name: str = "ws", gate: Gate | None = None) -> None:
+        super().__init__(broker, name, gate)
         self._http: web.Server | None = None
         self._listening: asyncio.Server | None = None
         self._stopping = False
