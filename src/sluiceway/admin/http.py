@@ -408,16 +408,10 @@ class AdminServer:
 
     async def broker_metrics(self, request: web.Request) -> web.Response:
         sampler = self.services.metrics
-        msgs_in, msgs_out, bytes_in, bytes_out = sampler.broker_totals()
         ledger = self.broker.ledger
         return web.json_response(
             {
-                "totals": {
-                    "msgs_in": msgs_in,
-                    "msgs_out": msgs_out,
-                    "bytes_in": bytes_in,
-                    "bytes_out": bytes_out,
-                },
+                "totals": sampler.broker_traffic(),
                 "rates": model.to_json(sampler.broker_rates()),
                 "connections": len(self.broker.connections),
                 "msgs": self.broker.context.system.count,
