@@ -66,9 +66,9 @@ def _location_options(parser: argparse.ArgumentParser) -> None:
 
 def users_file(args: argparse.Namespace) -> UserFile:
     # Imported here: `sluiceway cmd` talking to a broker needs none of the broker's modules.
-    from sluiceway.config import build_config, load_config  # noqa: PLC0415
-    from sluiceway.errors import ConfigError  # noqa: PLC0415
-    from sluiceway.security.users import UserFile, users_path  # noqa: PLC0415
+    from sluiceway.config import build_config, load_config  # noqa: PLC0415  (late: see above)
+    from sluiceway.errors import ConfigError  # noqa: PLC0415  (late: see above)
+    from sluiceway.security.users import UserFile, users_path  # noqa: PLC0415  (late)
 
     if args.file is not None:
         return UserFile(Path(args.file))
@@ -83,7 +83,7 @@ def users_file(args: argparse.Namespace) -> UserFile:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> None:
-    from sluiceway.errors import ConfigError  # noqa: PLC0415
+    from sluiceway.errors import ConfigError  # noqa: PLC0415  (late, as in users_file)
 
     users = users_file(args)
     try:

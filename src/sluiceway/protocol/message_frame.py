@@ -29,7 +29,7 @@ from sluiceway.protocol.frames import StompVersion
 escape_name: Final = lru_cache(maxsize=4096)(escape_value)
 
 
-def message_frame(  # noqa: PLR0917 (positional: once per MESSAGE, keywords cost interpreted)
+def message_frame(  # noqa: PLR0917  (positional: called per MESSAGE)
     subscription: str, message_id: str, ack: str, delivery_count: int, tail: bytes, body: bytes
 ) -> bytes | None:
     """The whole frame: the command line and the per-delivery headers, then `tail` (from
@@ -50,7 +50,7 @@ def message_frame(  # noqa: PLR0917 (positional: once per MESSAGE, keywords cost
     return b"".join((encoded, tail, body, b"\0"))
 
 
-def plain_tail(  # noqa: PLR0917 (positional: once per queue message, as message_frame)
+def plain_tail(  # noqa: PLR0917  (positional: called per message)
     destination: str,
     priority: int,
     persistent: bool,
