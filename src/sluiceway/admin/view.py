@@ -15,7 +15,7 @@ from sluiceway.server.connection import Serving
 
 if TYPE_CHECKING:
     from sluiceway.admin.metrics import MetricsSampler
-    from sluiceway.server.connection import ConnectionInfo, Traffic
+    from sluiceway.server.snapshots import ConnectionInfo, Traffic
 
 
 class ListenerView(Protocol):

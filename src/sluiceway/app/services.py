@@ -33,7 +33,7 @@ from sluiceway.core.broker import Broker
 from sluiceway.errors import ConfigError
 from sluiceway.security.access import Gate, check_security_files
 from sluiceway.security.watch import AccessWatcher
-from sluiceway.server.connection import ConnectionInfo, Traffic
+from sluiceway.server.snapshots import ConnectionInfo, Traffic
 from sluiceway.server.stomp_server import StompServer, open_sessions
 from sluiceway.server.tls import needs_tls, server_context
 from sluiceway.server.websocket import WebSocketServer

@@ -29,10 +29,10 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, cast
 
 from sluiceway.errors import BadRequest, BrokerError, InternalError
+from sluiceway.server.snapshots import ConnectionInfo, Traffic
 from sluiceway.session.input_budget import InputBudget
 from sluiceway.session.render import error_frame
 from sluiceway.session.session import SessionState, StompSession
@@ -56,49 +56,6 @@ CLOSE_LINGER_S = 5.0  # after an ERROR, how long a client that does not read may
 # socket can close without a reset (a client that reads its ERROR and then holds the socket
 # open need not keep it for the whole linger).
 DRAIN_QUIET_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionInfo:
-    """A snapshot of one connection, for operators and tests."""
-
-    number: int  # the core connection number (0 before CONNECT)
-    service: str  # the listener that carries it: stomp, stomp-tls, ws
-    peer: str
-    state: str
-    version: str | None
-    subscriptions: int
-    outstanding: int  # messages given to its subscriptions and not consumed
-    write_buffer: int  # bytes waiting in the transport to be written
-    writing_paused: bool  # above the high-water mark: no more messages are given to it
-    reading_paused: bool
-    held_sends: int  # SENDs held until their destination can take them
-    held_reason: str | None  # why the oldest waits (destination, limit, value)
-    tcp_nodelay: bool
-    send_buffer: int  # kernel SO_SNDBUF, bytes
-    receive_buffer: int  # kernel SO_RCVBUF, bytes
-    traffic: Traffic  # what it carried so far
-
-
-@dataclass
-class Traffic:
-    """What one connection (or, summed, one listener) carried: bytes and frames each way, and
-    of the frames, messages (SEND in, MESSAGE out)."""
-
-    bytes_in: int = 0
-    bytes_out: int = 0
-    frames_in: int = 0
-    frames_out: int = 0
-    msgs_in: int = 0
-    msgs_out: int = 0
-
-    def add(self, other: Traffic) -> None:
-        self.bytes_in += other.bytes_in
-        self.bytes_out += other.bytes_out
-        self.frames_in += other.frames_in
-        self.frames_out += other.frames_out
-        self.msgs_in += other.msgs_in
-        self.msgs_out += other.msgs_out
 
 
 class Serving(Protocol):

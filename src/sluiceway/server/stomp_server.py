@@ -20,7 +20,8 @@ from sluiceway.core.broker import Broker
 from sluiceway.core.values.connection_counts import MAX_CONNECTIONS, MAX_PER_ADDRESS
 from sluiceway.errors import BrokerError
 from sluiceway.security.access import Gate
-from sluiceway.server.connection import ConnectionInfo, StompProtocol, Traffic
+from sluiceway.server.connection import StompProtocol
+from sluiceway.server.snapshots import ConnectionInfo, Traffic
 from sluiceway.session.input_budget import CONNECT_FRAME_SIZE, INPUT_MAX, INPUT_TOTAL_MAX
 from sluiceway.session.session import StompSession
 
