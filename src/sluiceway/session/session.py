@@ -238,7 +238,7 @@ class StompSession:
     @property
     def waiting_for_sync(self) -> bool:
         """Control frames are held until the journal syncs."""
-        return bool(self._control)
+        return len(self._control) > 0
 
     @property
     def waiting_lsn(self) -> int:
