@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from sluiceway.server.connection import ConnectionInfo
+from sluiceway.server.snapshots import ConnectionInfo
 from sluiceway.testing import BrokerThread
 
 WAIT = 5.0

@@ -24,7 +24,7 @@ from sluiceway.errors import Forbidden
 from sluiceway.naming import parse_destination
 from sluiceway.protocol.codec import encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.server.connection import ConnectionInfo
+from sluiceway.server.snapshots import ConnectionInfo
 from sluiceway.testing import BrokerThread
 from tests.e2e.conftest import BrokerFactory, ClientFactory
 from tests.e2e.rawclient import RawClient

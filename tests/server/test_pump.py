@@ -19,7 +19,7 @@ from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
 from sluiceway.server.connection import UNMETERED_TURN, WRITE_CAP_FACTOR, StompProtocol
 from sluiceway.server.stomp_server import StompServer
-from sluiceway.session.session import MAX_WAITING_CONTROL
+from sluiceway.session.control import MAX_WAITING_CONTROL
 from tests.e2e.support import loop_turns, turns_until
 
 

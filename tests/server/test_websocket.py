@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from sluiceway.protocol.codec import encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.server.connection import WRITE_CAP_FACTOR, WRITE_CHUNK, ConnectionInfo
+from sluiceway.server.connection import WRITE_CAP_FACTOR, WRITE_CHUNK
+from sluiceway.server.snapshots import ConnectionInfo
 from sluiceway.server.websocket import (
     READ_CHUNK,
     SOCKET_CHECK_BYTES,

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from sluiceway.admin import model
+from sluiceway.admin.statistics import traffic_of
 from sluiceway.core.model.destination import Destination
 
 if TYPE_CHECKING:
-    from sluiceway.app.services import Services
+    from sluiceway.admin.view import BrokerView
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ SUFFIX: Final = ".jsonl"
 class HistoryWriter:
     """Appends rows each interval and enforces retention; called from the broker's tick."""
 
-    def __init__(self, services: Services, directory: Path) -> None:
+    def __init__(self, services: BrokerView, directory: Path) -> None:
         config = services.config
         self.services = services
         self.directory = directory
@@ -99,7 +100,6 @@ class HistoryWriter:
         broker = services.broker
         sampler = services.metrics
         snapshot = model.broker_snapshot(broker, services, services.started)
-        msgs_in, msgs_out, bytes_in, bytes_out = sampler.broker_totals()
         rates = sampler.broker_rates()
         rows: list[dict[str, Any]] = [
             {
@@ -110,10 +110,7 @@ class HistoryWriter:
                 "started": snapshot.started,
                 "msgs": snapshot.msgs,
                 "msg_bytes": snapshot.msg_bytes,
-                "msgs_in": msgs_in,
-                "msgs_out": msgs_out,
-                "bytes_in": bytes_in,
-                "bytes_out": bytes_out,
+                **sampler.broker_traffic(),
                 "msgs_in_rate": rates.msgs_in,
                 "msgs_out_rate": rates.msgs_out,
                 "connections": snapshot.connections,
@@ -195,7 +192,6 @@ class HistoryWriter:
 
     def _destination_row(self, ts: int, destination: Destination) -> dict[str, Any]:
         summary = model.destination_summary(destination)
-        stats = destination.stats
         trend = self.services.metrics.destination_trend(destination.name)
         properties = model.destination_properties(destination)
         return {
@@ -212,10 +208,7 @@ class HistoryWriter:
             "consumers": summary.consumers,
             "held_sends": summary.held_sends,
             "throttled": summary.throttled,
-            "msgs_in": stats.msgs_in,
-            "msgs_out": stats.msgs_out,
-            "bytes_in": stats.bytes_in,
-            "bytes_out": stats.bytes_out,
+            **traffic_of(destination.stats),
             "msgs_in_rate": trend.rates.msgs_in if trend is not None else 0.0,
             "msgs_out_rate": trend.rates.msgs_out if trend is not None else 0.0,
             "max_num_msgs": int(properties["maxNumMsgs"]),

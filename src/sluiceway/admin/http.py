@@ -8,7 +8,7 @@ ones) of an administrator (403 for other users): as in Open MQ, with access cont
 rules: the group `admin`); with it off, the group `admin`. The credentials go through the same
 password checks as a STOMP CONNECT (security.logins: worker threads, cache, delays after
 failures; 503 when too many checks wait). Without authentication, the broker refuses to bind to
-anything but loopback (server.services.check_exposure).
+anything but loopback (app.services.check_exposure).
 
 Requests that change something (POST, PATCH, DELETE) must say `Content-Type: application/json`:
 a page on another site cannot send that without the browser asking first, so a logged-in
@@ -49,7 +49,7 @@ from sluiceway.server.httpguard import ConnectionGuard, guard_middleware, http_k
 from sluiceway.server.stomp_server import find_session
 
 if TYPE_CHECKING:
-    from sluiceway.app.services import Services
+    from sluiceway.admin.view import BrokerView
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def json_response(value: Any, status: int = 200) -> web.Response:
 class AdminServer:
     """Serves the admin API (and whatever else registers routes: console, /metrics)."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: BrokerView) -> None:
         self.services = services
         self.broker = services.broker
         self.config = services.config
@@ -408,16 +408,10 @@ class AdminServer:
 
     async def broker_metrics(self, request: web.Request) -> web.Response:
         sampler = self.services.metrics
-        msgs_in, msgs_out, bytes_in, bytes_out = sampler.broker_totals()
         ledger = self.broker.ledger
         return web.json_response(
             {
-                "totals": {
-                    "msgs_in": msgs_in,
-                    "msgs_out": msgs_out,
-                    "bytes_in": bytes_in,
-                    "bytes_out": bytes_out,
-                },
+                "totals": sampler.broker_traffic(),
                 "rates": model.to_json(sampler.broker_rates()),
                 "connections": len(self.broker.connections),
                 "msgs": self.broker.context.system.count,

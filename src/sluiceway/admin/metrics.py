@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from sluiceway.admin.model import subscriptions_of
+from sluiceway.admin.statistics import TRAFFIC
 from sluiceway.config import BROKER_PROPERTIES
 from sluiceway.core.broker import Broker
 from sluiceway.core.model.destination import Destination, DestinationStats, Topic
@@ -24,7 +25,7 @@ from sluiceway.core.values.counts import CountLimit
 from sluiceway.naming import DestinationName
 
 if TYPE_CHECKING:
-    from sluiceway.app.services import Services
+    from sluiceway.admin.view import ListenersView
 
 RATE_WINDOW: Final = 5  # seconds over which rates are measured
 
@@ -102,7 +103,7 @@ _PER: Final = {
     CountLimit.LEASE_GROUPS: "queue",
 }
 
-_Totals = tuple[int, int, int, int]  # msgs in, msgs out, bytes in, bytes out
+_Totals = tuple[int, ...]  # msgs in, msgs out, bytes in, bytes out (statistics.TRAFFIC)
 
 
 class _Track:
@@ -145,7 +146,7 @@ class _Track:
 class MetricsSampler:
     """Samples the broker once a tick; answers rates, peaks and averages."""
 
-    def __init__(self, broker: Broker, services: Services) -> None:
+    def __init__(self, broker: Broker, services: ListenersView) -> None:
         self.broker = broker
         self.services = services
         self._destinations: dict[DestinationName, _Track] = {}
@@ -178,14 +179,15 @@ class MetricsSampler:
             frames.append((traffic.frames_in, traffic.frames_out))
 
     def broker_totals(self) -> _Totals:
-        msgs_in = msgs_out = bytes_in = bytes_out = 0
+        totals = [0] * len(TRAFFIC)
         for destination in self.broker.registry:
-            stats = destination.stats
-            msgs_in += stats.msgs_in
-            msgs_out += stats.msgs_out
-            bytes_in += stats.bytes_in
-            bytes_out += stats.bytes_out
-        return msgs_in, msgs_out, bytes_in, bytes_out
+            for column, value in enumerate(_destination_totals(destination.stats)):
+                totals[column] += value
+        return tuple(totals)
+
+    def broker_traffic(self) -> dict[str, int]:
+        """The broker's traffic totals (all destinations), by their names."""
+        return {s.name: total for s, total in zip(TRAFFIC, self.broker_totals(), strict=True)}
 
     def broker_rates(self) -> Rates:
         return self._broker.rates(self.broker_totals())
@@ -280,4 +282,4 @@ def _highest_counts(broker: Broker) -> dict[CountLimit, int]:
 
 
 def _destination_totals(stats: DestinationStats) -> _Totals:
-    return stats.msgs_in, stats.msgs_out, stats.bytes_in, stats.bytes_out
+    return tuple(statistic.read(stats) for statistic in TRAFFIC)

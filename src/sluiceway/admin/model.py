@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluiceway import __version__
+from sluiceway.admin.statistics import totals_of
 from sluiceway.config import BROKER_PROPERTIES, DESTINATION_PROPERTIES
 from sluiceway.config.properties import format_default
 from sluiceway.core.broker import Broker
@@ -25,7 +26,7 @@ from sluiceway.naming import DestinationKind
 
 if TYPE_CHECKING:
     from sluiceway.admin.metrics import CountTrend, DestinationTrend
-    from sluiceway.app.services import Services
+    from sluiceway.admin.view import BrokerView
 
 
 def to_json(value: Any) -> Any:
@@ -60,7 +61,7 @@ def subscriptions_of(destination: Destination) -> list[Subscription]:
 
 @dataclass(frozen=True, slots=True)
 class Totals:
-    """Counters since the destination was created."""
+    """Counters since the destination was created (one field per DESTINATION_STATISTICS)."""
 
     msgs_in: int
     msgs_out: int
@@ -301,7 +302,6 @@ def consumer_snapshot(subscription: Subscription, now: float) -> ConsumerSnapsho
 def destination_detail(
     broker: Broker, destination: Destination, trend: DestinationTrend | None = None
 ) -> DestinationDetail:
-    stats = destination.stats
     now = broker.clock.monotonic()
     subscriptions = subscriptions_of(destination)
     held = [
@@ -313,18 +313,7 @@ def destination_detail(
     return DestinationDetail(
         summary=destination_summary(destination),
         properties=destination_properties(destination),
-        totals=Totals(
-            msgs_in=stats.msgs_in,
-            msgs_out=stats.msgs_out,
-            bytes_in=stats.bytes_in,
-            bytes_out=stats.bytes_out,
-            consumed=stats.consumed,
-            redelivered=stats.redelivered,
-            expired=stats.expired,
-            dead=stats.dead,
-            dropped=stats.dropped,
-            discarded=stats.discarded,
-        ),
+        totals=Totals(**totals_of(destination.stats)),
         durables=durables,
         paused_consumers=[
             consumer_snapshot(s, now) for s in subscriptions if s.paused_since is not None
@@ -365,7 +354,7 @@ def held_producers(broker: Broker) -> list[HeldProducerSnapshot]:
     ]
 
 
-def connections(broker: Broker, services: Services) -> list[ConnectionSnapshot]:
+def connections(broker: Broker, services: BrokerView) -> list[ConnectionSnapshot]:
     now_ms = broker.clock.time_ms()
     rows = []
     for info in services.connections():
@@ -417,7 +406,7 @@ def durables(broker: Broker) -> list[DurableSnapshot]:
     return rows
 
 
-def broker_snapshot(broker: Broker, services: Services, started: float) -> BrokerSnapshot:
+def broker_snapshot(broker: Broker, services: BrokerView, started: float) -> BrokerSnapshot:
     ledger = broker.ledger
     policy = ledger.policy
     dmq = broker.registry.get(DMQ_NAME)

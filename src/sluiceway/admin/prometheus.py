@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from sluiceway import __version__
 from sluiceway.admin import model
+from sluiceway.admin.statistics import DESTINATION_STATISTICS
 from sluiceway.core.features.disk import DiskLevel, DiskStatus
 from sluiceway.core.model.destination import Topic
 from sluiceway.core.model.holding import HOLD_BUCKETS
@@ -31,28 +32,16 @@ from sluiceway.core.values.memory import MemoryLevel
 
 if TYPE_CHECKING:
     from sluiceway.admin.http import AdminServer
-    from sluiceway.app.services import Services
+    from sluiceway.admin.view import BrokerView
     from sluiceway.core.broker import Broker
 
-_COUNTERS = (
-    ("msgs_in", "messages_in", "Messages accepted from producers"),
-    ("msgs_out", "messages_out", "Messages written to consumers, redeliveries included"),
-    ("bytes_in", "message_bytes_in", "Body bytes accepted from producers"),
-    ("bytes_out", "message_bytes_out", "Body bytes written to consumers"),
-    ("consumed", "messages_consumed", "Messages acknowledged"),
-    ("redelivered", "messages_redelivered", "Messages given back for delivery again"),
-    ("expired", "messages_expired", "Messages that expired before delivery"),
-    ("dead", "messages_dead", "Messages that became dead (expired, evicted, undeliverable)"),
-    ("dropped", "messages_dropped", "Messages refused without telling the producer"),
-    ("discarded", "messages_discarded", "Messages sent to a topic nobody subscribed to"),
-)
 _LIMITS = ("maxNumMsgs", "maxTotalMsgBytes", "maxBytesPerMsg", "maxNumProducers")
 
 
 class BrokerCollector(Collector):
     """Everything /metrics shows, read at scrape time."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: BrokerView) -> None:
         self.services = services
 
     def collect(self) -> Iterator[Metric]:
@@ -197,8 +186,10 @@ class BrokerCollector(Collector):
             "sluiceway_destination_lease_groups", "A queue's lease groups", labels=labels
         )
         counters = {
-            attr: CounterMetricFamily(f"sluiceway_destination_{name}", text, labels=labels)
-            for attr, name, text in _COUNTERS
+            statistic: CounterMetricFamily(
+                f"sluiceway_destination_{statistic.metric}", statistic.help, labels=labels
+            )
+            for statistic in DESTINATION_STATISTICS
         }
         sampler = self.services.metrics
         for destination in model.list_destinations(broker):
@@ -227,8 +218,8 @@ class BrokerCollector(Collector):
                 cursors.add_metric(key, len(destination.cursors))
             else:
                 groups.add_metric(key, broker.leases.group_count(destination.name))
-            for attr, counter in counters.items():
-                counter.add_metric(key, getattr(destination.stats, attr))
+            for statistic, counter in counters.items():
+                counter.add_metric(key, statistic.read(destination.stats))
         yield from gauges.values()
         yield paused
         yield limits
@@ -279,7 +270,7 @@ class BrokerCollector(Collector):
 
 
 def _input(broker: Broker) -> Iterator[Metric]:
-    """Connections and the input they hold, against the limits of both (server.input_budget,
+    """Connections and the input they hold, against the limits of both (session.input_budget,
     core.connection_counts)."""
     counts, ledger = broker.connection_counts, broker.ledger
     for name, text, value in (

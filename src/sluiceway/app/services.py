@@ -33,7 +33,7 @@ from sluiceway.core.broker import Broker
 from sluiceway.errors import ConfigError
 from sluiceway.security.access import Gate, check_security_files
 from sluiceway.security.watch import AccessWatcher
-from sluiceway.server.connection import ConnectionInfo, Traffic
+from sluiceway.server.snapshots import ConnectionInfo, Traffic
 from sluiceway.server.stomp_server import StompServer, open_sessions
 from sluiceway.server.tls import needs_tls, server_context
 from sluiceway.server.websocket import WebSocketServer
@@ -100,7 +100,7 @@ class Services:
             await stomp_tls.start(port=config.stomp_tls_port, tls=tls)
             self.listeners.append(stomp_tls)
         if config.ws_port >= 0:
-            ws = WebSocketServer(self.broker, self)
+            ws = WebSocketServer(self.broker, "ws", self.gate)
             await ws.start(tls=tls if config.ws_tls else None)
             self.listeners.append(ws)
         if config.admin_port >= 0:

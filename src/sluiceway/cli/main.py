@@ -115,7 +115,7 @@ async def serve(config: BrokerConfig) -> None:
     """Run until SIGTERM or SIGINT, then shut down cleanly."""
     # Imported here, so that `sluiceway cmd` starts without loading the broker (a third of a
     # second, paid by every admin command otherwise).
-    from sluiceway.app.storage import Storage  # noqa: PLC0415
+    from sluiceway.app.storage import Storage  # noqa: PLC0415  (late: see above)
 
     storage = Storage(config)
     try:
@@ -125,7 +125,7 @@ async def serve(config: BrokerConfig) -> None:
 
 
 async def _serve(config: BrokerConfig, storage: Storage) -> None:
-    from sluiceway.app.services import Services  # noqa: PLC0415
+    from sluiceway.app.services import Services  # noqa: PLC0415  (late, as Storage)
 
     broker, _ = storage.open_broker()
     services = Services(broker)

@@ -23,12 +23,12 @@ Rates are the broker's, measured over its last 5 seconds (admin/metrics.RATE_WIN
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from functools import partial
 from typing import Any, Final
 
 from sluiceway.cli.adminapi import AdminApi, Refused, UsageError
-from sluiceway.cli.tables import Column, Table
+from sluiceway.cli.tables import Column, Table, json_or_text
 from sluiceway.cli.verbs import Context, destination_path
 
 DEFAULT_INTERVAL: Final = 5  # seconds, imqcmd's -int default
@@ -131,15 +131,12 @@ def run(ctx: Context) -> None:
         while True:
             answer, rows = _sample(ctx.api, args)
             taken += 1
-            if ctx.json:
-                ctx.print(json.dumps(answer))
-            else:
-                if table is None:
-                    table = Table(columns, MIN_WIDTH)
-                    table.fit(table.cells(row) for row in rows)
-                    ctx.print("\n".join(table.header()))
-                for row in rows:
-                    ctx.print(table.line(table.cells(row)))
+            first = table is None
+            if table is None:  # its widths fit the first sample, as imqcmd's do
+                table = Table(columns, MIN_WIDTH)
+                table.fit(table.cells(row) for row in rows)
+            text = partial(_lines, table, rows, header=first)
+            json_or_text(ctx.out, ctx.json, answer, text, indent=None)  # JSON Lines
             ctx.out.flush()
             if samples is not None and taken >= samples:
                 return
@@ -176,3 +173,10 @@ def _sample(api: AdminApi, args: argparse.Namespace) -> tuple[Any, list[dict[str
         if not services:
             raise Refused(f"no service called {args.name!r} (see metrics svc without -n)")
     return services, services
+
+
+def _lines(table: Table, rows: list[dict[str, Any]], *, header: bool) -> str:
+    """One sample's lines, under the table's header if it is the first."""
+    lines = [*table.header()] if header else []
+    lines.extend(table.line(table.cells(row)) for row in rows)
+    return "".join(f"{line}\n" for line in lines)

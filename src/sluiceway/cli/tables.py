@@ -1,4 +1,4 @@
-"""Aligned text tables and name/value listings, as imqcmd prints them.
+"""Aligned text tables and name/value listings, as imqcmd prints them, or the JSON instead.
 
 A column reads one field of a JSON object (a dotted path such as `trend.msgs_peak`); columns
 may share a group title printed above them (imqcmd's `Msgs` over `In` and `Out`). Numbers are
@@ -7,9 +7,10 @@ right-aligned, text left-aligned; a missing or empty value prints as `-`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 GAP: Final = "  "  # between columns
 MISSING: Final = "-"
@@ -111,3 +112,12 @@ def render_pairs(pairs: Iterable[tuple[str, Any]], indent: str = "") -> str:
     items = [(name, cell(value)) for name, value in pairs]
     width = max((len(name) for name, _ in items), default=0)
     return "".join(f"{indent}{name.ljust(width)}{GAP}{value}\n" for name, value in items)
+
+
+def json_or_text(
+    out: TextIO, as_json: bool, answer: Any, text: Callable[[], str], indent: int | None = 2
+) -> None:
+    """Write `answer` as JSON (--json; indent None: on one line), else `text()`, made for people
+    from it and called only then. Either ends with a line end; an empty text writes nothing."""
+    shown = json.dumps(answer, indent=indent) if as_json else text()
+    out.write(shown if not shown or shown.endswith("\n") else shown + "\n")

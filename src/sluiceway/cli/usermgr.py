@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
 from sluiceway.cli.adminapi import Refused, UsageError
-from sluiceway.cli.tables import Column, render
+from sluiceway.cli.tables import Column, json_or_text, render
 
 if TYPE_CHECKING:
     from sluiceway.security.users import UserFile
@@ -67,9 +66,9 @@ def _location_options(parser: argparse.ArgumentParser) -> None:
 
 def users_file(args: argparse.Namespace) -> UserFile:
     # Imported here: `sluiceway cmd` talking to a broker needs none of the broker's modules.
-    from sluiceway.config import build_config, load_config  # noqa: PLC0415
-    from sluiceway.errors import ConfigError  # noqa: PLC0415
-    from sluiceway.security.users import UserFile, users_path  # noqa: PLC0415
+    from sluiceway.config import build_config, load_config  # noqa: PLC0415  (late: see above)
+    from sluiceway.errors import ConfigError  # noqa: PLC0415  (late: see above)
+    from sluiceway.security.users import UserFile, users_path  # noqa: PLC0415  (late)
 
     if args.file is not None:
         return UserFile(Path(args.file))
@@ -84,7 +83,7 @@ def users_file(args: argparse.Namespace) -> UserFile:
 
 
 def run(args: argparse.Namespace, out: TextIO) -> None:
-    from sluiceway.errors import ConfigError  # noqa: PLC0415
+    from sluiceway.errors import ConfigError  # noqa: PLC0415  (late, as in users_file)
 
     users = users_file(args)
     try:
@@ -103,16 +102,17 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
 
 def _list(users: UserFile, as_json: bool, out: TextIO) -> None:
     rows = [{"name": u.name, "groups": list(u.groups)} for u in users.load().values()]
-    if as_json:
-        out.write(json.dumps(rows, indent=2) + "\n")
-    elif not rows:
-        out.write(f"No users in {users.path}.\n")
-    else:
+
+    def text() -> str:
+        if not rows:
+            return f"No users in {users.path}."
         columns = (
             Column("User Name", "name", numeric=False),
             Column("Groups", "groups", numeric=False),
         )
-        out.write(render(columns, rows))
+        return render(columns, rows)
+
+    json_or_text(out, as_json, rows, text)
 
 
 def _add(users: UserFile, args: argparse.Namespace, out: TextIO) -> None:
@@ -131,7 +131,7 @@ def _add(users: UserFile, args: argparse.Namespace, out: TextIO) -> None:
 
 
 def _done(out: TextIO, as_json: bool, answer: dict[str, object], text: str) -> None:
-    out.write((json.dumps(answer) if as_json else text) + "\n")
+    json_or_text(out, as_json, answer, lambda: text, indent=None)
 
 
 def _ask_password(name: str) -> str:

@@ -5,7 +5,6 @@ whom it concerns), the answer printed as imqcmd prints it, or as the API's JSON 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import urllib.parse
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from sluiceway.cli.adminapi import AdminApi, Refused, UsageError
-from sluiceway.cli.tables import Column, render, render_pairs
+from sluiceway.cli.tables import Column, json_or_text, render, render_pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +30,9 @@ class Context:
     def print(self, text: str) -> None:
         self.out.write(text if text.endswith("\n") else text + "\n")
 
-    def print_json(self, value: Any) -> None:
-        self.print(json.dumps(value, indent=2))
+    def show(self, answer: Any, text: Callable[[], str]) -> None:
+        """The API's `answer` as JSON with --json, else `text()`, made for people from it."""
+        json_or_text(self.out, self.json, answer, text)
 
     @property
     def path(self) -> str:
@@ -97,17 +97,15 @@ LIST_DST = (
 def list_dst(ctx: Context) -> None:
     kind = ctx.args.type
     rows = ctx.api.get("/destinations", type=kind) if kind else ctx.api.get("/destinations")
-    if ctx.json:
-        ctx.print_json(rows)
-    else:
-        ctx.print(render(LIST_DST, rows))
+    ctx.show(rows, lambda: render(LIST_DST, rows))
 
 
 def query_dst(ctx: Context) -> None:
     detail = ctx.api.get(ctx.path)
-    if ctx.json:
-        ctx.print_json(detail)
-        return
+    ctx.show(detail, lambda: _dst_text(detail))
+
+
+def _dst_text(detail: dict[str, Any]) -> str:
     summary, totals = detail["summary"], detail["totals"]
     state = [
         ("Destination Name", summary["name"]),
@@ -134,7 +132,7 @@ def query_dst(ctx: Context) -> None:
         ("Msg Bytes Out", totals["bytes_out"]),
         *((name.capitalize(), totals[name]) for name in _OUTCOMES),
     ]
-    ctx.print(
+    return (
         render_pairs(state)
         + "\nSince created:\n"
         + render_pairs(counters, indent="  ")
@@ -150,20 +148,18 @@ def create_dst(ctx: Context) -> None:
     properties = parse_properties(ctx.args.properties)
     body = {"type": ctx.args.type, "name": ctx.args.name, "properties": properties}
     detail = ctx.api.post("/destinations", body)
-    if ctx.json:
-        ctx.print_json(detail)
-        return
-    extra = f" ({_changes(properties, detail['properties'])})" if properties else ""
-    ctx.print(f"Created {ctx.label}{extra}.")
+
+    def text() -> str:
+        extra = f" ({_changes(properties, detail['properties'])})" if properties else ""
+        return f"Created {ctx.label}{extra}."
+
+    ctx.show(detail, text)
 
 
 def update_dst(ctx: Context) -> None:
     properties = parse_properties(ctx.args.properties)
     detail = ctx.api.patch(ctx.path, {"properties": properties})
-    if ctx.json:
-        ctx.print_json(detail)
-    else:
-        ctx.print(f"Updated {ctx.label}: {_changes(properties, detail['properties'])}.")
+    ctx.show(detail, lambda: f"Updated {ctx.label}: {_changes(properties, detail['properties'])}.")
 
 
 def destroy_dst(ctx: Context) -> None:
@@ -175,10 +171,7 @@ def destroy_dst(ctx: Context) -> None:
         ctx.print(f"Not destroyed: {ctx.label}.")
         return
     answer = ctx.api.delete(ctx.path)
-    if ctx.json:
-        ctx.print_json(answer)
-    else:
-        ctx.print(f"Destroyed {ctx.label}.")
+    ctx.show(answer, lambda: f"Destroyed {ctx.label}.")
 
 
 def pause_dst(ctx: Context) -> None:
@@ -194,18 +187,16 @@ def _pause_or_resume(ctx: Context, verb: str, target: str) -> None:
     body = {"target": target}
     if ctx.args.name is None:
         answer = ctx.api.post(f"/destinations/{verb}", body)
-        if ctx.json:
-            ctx.print_json(answer)
-            return
-        count = len(answer.get("paused" if verb == "pause" else "resumed", []))
-        what = f" ({target}); the dead message queue never pauses" if verb == "pause" else ""
-        ctx.print(f"{done} all {plural(count, 'destination')}{what}.")
+
+        def text() -> str:
+            count = len(answer.get("paused" if verb == "pause" else "resumed", []))
+            what = f" ({target}); the dead message queue never pauses" if verb == "pause" else ""
+            return f"{done} all {plural(count, 'destination')}{what}."
+
+        ctx.show(answer, text)
         return
     detail = ctx.api.post(f"{ctx.path}/{verb}", body)
-    if ctx.json:
-        ctx.print_json(detail)
-    else:
-        ctx.print(f"{done} {ctx.label}: its state is now {detail['summary']['state']}.")
+    ctx.show(detail, lambda: f"{done} {ctx.label}: its state is now {detail['summary']['state']}.")
 
 
 def purge_dst(ctx: Context) -> None:
@@ -217,10 +208,7 @@ def purge_dst(ctx: Context) -> None:
         ctx.print(f"Not purged: {ctx.label}.")
         return
     answer = ctx.api.post(f"{ctx.path}/purge")
-    if ctx.json:
-        ctx.print_json(answer)
-    else:
-        ctx.print(f"Purged {ctx.label}: {plural(answer['purged'], 'message')} removed.")
+    ctx.show(answer, lambda: f"Purged {ctx.label}: {plural(answer['purged'], 'message')} removed.")
 
 
 def compact_dst(ctx: Context) -> None:
@@ -228,13 +216,13 @@ def compact_dst(ctx: Context) -> None:
         answer = ctx.api.post("/destinations/compact")
     else:
         answer = ctx.api.post(f"{ctx.path}/compact")
-    if ctx.json:
-        ctx.print_json(answer)
-        return
-    ctx.print(
-        "Compacted the journal (shared by all destinations): "
-        f"{plural(answer['segments_deleted'], 'segment')} deleted, "
-        f"{answer['segments_compacted']} rewritten."
+    ctx.show(
+        answer,
+        lambda: (
+            "Compacted the journal (shared by all destinations): "
+            f"{plural(answer['segments_deleted'], 'segment')} deleted, "
+            f"{answer['segments_compacted']} rewritten."
+        ),
     )
 
 
@@ -243,9 +231,10 @@ def compact_dst(ctx: Context) -> None:
 
 def query_bkr(ctx: Context) -> None:
     broker = ctx.api.get("/broker")
-    if ctx.json:
-        ctx.print_json(broker)
-        return
+    ctx.show(broker, lambda: _broker_text(broker))
+
+
+def _broker_text(broker: dict[str, Any]) -> str:
     memory = broker["memory"]
     services = ", ".join(f"{name} {where}" for name, where in broker["services"].items())
     state = [
@@ -269,7 +258,7 @@ def query_bkr(ctx: Context) -> None:
         ("Disk Used (bytes)", broker["disk_bytes"]),
         *_disk_rows(broker["disk"]),
     ]
-    ctx.print(
+    return (
         render_pairs(state)
         + "\nProperties (change with update bkr -o NAME=VALUE):\n"
         + render_pairs(broker["properties"].items(), indent="  ")
@@ -293,10 +282,7 @@ def _disk_rows(disk: dict[str, Any]) -> list[tuple[str, object]]:
 def update_bkr(ctx: Context) -> None:
     properties = parse_properties(ctx.args.properties)
     broker = ctx.api.patch("/broker", {"properties": properties})
-    if ctx.json:
-        ctx.print_json(broker)
-    else:
-        ctx.print(f"Updated the broker: {_changes(properties, broker['properties'])}.")
+    ctx.show(broker, lambda: f"Updated the broker: {_changes(properties, broker['properties'])}.")
 
 
 # -- connections and durable subscriptions -----------------------------------------------------
@@ -322,18 +308,12 @@ LIST_DUR = (
 
 def list_cxn(ctx: Context) -> None:
     rows = ctx.api.get("/connections")
-    if ctx.json:
-        ctx.print_json(rows)
-    else:
-        ctx.print(render(LIST_CXN, rows) if rows else "No connections.")
+    ctx.show(rows, lambda: render(LIST_CXN, rows) if rows else "No connections.")
 
 
 def list_dur(ctx: Context) -> None:
     rows = ctx.api.get("/durables")
-    if ctx.json:
-        ctx.print_json(rows)
-    else:
-        ctx.print(render(LIST_DUR, rows) if rows else "No durable subscriptions.")
+    ctx.show(rows, lambda: render(LIST_DUR, rows) if rows else "No durable subscriptions.")
 
 
 def destroy_dur(ctx: Context) -> None:
@@ -344,10 +324,7 @@ def destroy_dur(ctx: Context) -> None:
         return
     quote = urllib.parse.quote
     answer = ctx.api.delete(f"/durables/{quote(client_id, safe='')}/{quote(name, safe='')}")
-    if ctx.json:
-        ctx.print_json(answer)
-    else:
-        ctx.print(f"Destroyed {label}.")
+    ctx.show(answer, lambda: f"Destroyed {label}.")
 
 
 def destroy_cxn(ctx: Context) -> None:
@@ -372,11 +349,11 @@ def destroy_cxn(ctx: Context) -> None:
         return
     body = {"reason": ctx.args.reason} if ctx.args.reason else {}
     answer = ctx.api.delete(f"/connections/{number}", body)
-    if ctx.json:
-        ctx.print_json(answer)
-    else:
-        who = f" of user {answer['user']}" if answer["user"] else ""
-        ctx.print(f"Destroyed {label}{who} ({answer['peer']}).")
+    ctx.show(answer, lambda: f"Destroyed {label}{_of_user(answer)} ({answer['peer']}).")
+
+
+def _of_user(answer: dict[str, Any]) -> str:
+    return f" of user {answer['user']}" if answer["user"] else ""
 
 
 def connection_id(text: str) -> int:

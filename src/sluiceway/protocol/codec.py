@@ -1,7 +1,8 @@
-"""STOMP 1.0, 1.1 and 1.2 frame decoding and encoding, free of any I/O.
+"""STOMP 1.0, 1.1 and 1.2 frame decoding (and the encoder's names), free of any I/O.
 
 The decoder is fed bytes as they arrive (`FrameDecoder.receive_data`) and hands back complete
-events on request (`FrameDecoder.next_event`); the encoder turns a `Frame` into the bytes to send.
+events on request (`FrameDecoder.next_event`); the encoder (protocol.encoder, its names
+imported here too) turns a `Frame` into the bytes to send.
 Neither touches sockets, threads or an event loop, so the same code serves the broker, the client
 and the tests. A server may ask for consecutive plain ACK frames as one `AckRun` event
 (`ack_runs`): the commonest frames a consumer sends, read by a pattern match each instead of a
@@ -53,7 +54,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from sluiceway.errors import FrameLimitExceeded, LocalProtocolError, RemoteProtocolError
+from sluiceway.errors import FrameLimitExceeded, RemoteProtocolError
+from sluiceway.protocol.encoder import encode_frame, escape_value, header_lines
 from sluiceway.protocol.frames import (
     HEARTBEAT,
     UNESCAPED_COMMANDS,
@@ -61,7 +63,21 @@ from sluiceway.protocol.frames import (
     Frame,
     HeartBeat,
     StompVersion,
+    quote,
 )
+
+# The encoder lives in protocol.encoder; importers of the codec find it here too.
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "DEFAULT_MAX_HEADER_COUNT",
+    "DEFAULT_MAX_HEADER_LENGTH",
+    "FRAME_SIZE_PROPERTY",
+    "HEARTBEAT_BYTES",
+    "FrameDecoder",
+    "encode_frame",
+    "escape_value",
+    "header_lines",
+]
 
 # A 70 MiB body (Open MQ's imq.message.max_size default) plus a 2 MiB header block.
 DEFAULT_MAX_FRAME_SIZE: Final = 72 * 1024 * 1024
@@ -86,9 +102,6 @@ _A: Final = 0x41  # the first byte of an ACK
 # frame would copy the rest of the buffer once per frame.
 _COMPACT_AT: Final = 64 * 1024
 
-# How much of a rejected input an error message quotes.
-_QUOTE_LIMIT: Final = 40
-
 # Decoder states.
 _IDLE: Final = 0  # between frames: EOLs are heart-beats, anything else starts a frame
 _HEAD: Final = 1  # reading the command line and the header lines
@@ -105,14 +118,6 @@ _UNESCAPES_1_1: Final = {"n": "\n", "c": ":", "\\": "\\"}
 _ESCAPE_SEQUENCE: Final = re.compile(r"\\(.?)", re.DOTALL)
 
 
-def _quote(data: bytes | bytearray | str) -> str:
-    """`data` as a repr, cut to a readable length, for error messages."""
-    if len(data) <= _QUOTE_LIMIT:
-        return repr(bytes(data) if isinstance(data, bytearray) else data)
-    head = data[:_QUOTE_LIMIT]
-    return repr(bytes(head) if isinstance(head, bytearray) else head) + "..."
-
-
 def _unescape(text: str, table: dict[str, str], command: str) -> str:
     """Decode the escape sequences of `text`; an undefined one is fatal (STOMP 1.2)."""
 
@@ -120,7 +125,7 @@ def _unescape(text: str, table: dict[str, str], command: str) -> str:
         decoded = table.get(match.group(1))
         if decoded is None:
             raise RemoteProtocolError(
-                f"undefined escape sequence {match.group(0)!r} in header {_quote(text)} of a "
+                f"undefined escape sequence {match.group(0)!r} in header {quote(text)} of a "
                 f"{command} frame; the escapes allowed here are "
                 + ", ".join(repr("\\" + key) for key in table)
             )
@@ -453,7 +458,7 @@ class FrameDecoder:
         # here: whether the command is one this side understands is for the session to say.
         if not (line.isalpha() and line.isupper()):
             raise RemoteProtocolError(
-                f"malformed command line {_quote(line)}: a STOMP command is one or more "
+                f"malformed command line {quote(line)}: a STOMP command is one or more "
                 "upper-case letters A-Z"
             )
         command = line.decode("ascii")
@@ -488,7 +493,7 @@ class FrameDecoder:
 
     def _bad_header(self, line: bytearray, problem: str) -> RemoteProtocolError:
         return RemoteProtocolError(
-            f"header line {_quote(line)} of a {self._command} frame {problem}; "
+            f"header line {quote(line)} of a {self._command} frame {problem}; "
             "a header line is name:value, in UTF-8"
         )
 
@@ -510,7 +515,7 @@ class FrameDecoder:
         # STOMP 1.2, "Header content-length": the octet count of the body, in decimal.
         if not (raw.isascii() and raw.isdigit()):
             raise RemoteProtocolError(
-                f"content-length {_quote(raw)} of a {self._command} frame is not a "
+                f"content-length {quote(raw)} of a {self._command} frame is not a "
                 "non-negative decimal integer"
             )
         digits = raw.lstrip("0") or "0"
@@ -546,7 +551,7 @@ class FrameDecoder:
             if buf[end] != _NUL:
                 raise RemoteProtocolError(
                     f"{self._command} frame body longer than its content-length of {length} "
-                    f"bytes: byte {_quote(buf[end : end + 1])} follows the body instead of NUL"
+                    f"bytes: byte {quote(buf[end : end + 1])} follows the body instead of NUL"
                 )
         with memoryview(buf) as view:
             body = view[start:end].tobytes()
@@ -562,130 +567,3 @@ class FrameDecoder:
         if self._pos > _COMPACT_AT and self._pos == len(self._buf):
             self._buf = bytearray()
             self._pos = self._scan = self._frame_start = 0
-
-
-# Value encoding (STOMP 1.2 and 1.1, "Value Encoding"): every character that needs an escape.
-_SPECIAL: Final = ("\\", "\n", "\r", ":")
-
-
-# Backslashes are escaped first, so that those the other escapes add are not doubled again.
-def _escape_1_2(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
-
-
-def _escape_1_1(text: str) -> str:
-    # STOMP 1.1 has no escape for CR; _escaped_lines refuses a CR before this is called.
-    return text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
-
-
-def _has_special(text: str, specials: tuple[str, ...]) -> bool:
-    # A plain loop: a generator passed to any() costs more than the searches themselves.
-    for char in specials:  # noqa: SIM110
-        if char in text:
-            return True
-    return False
-
-
-def _refuse(command: str, name: str, part: str, what: str, where: str) -> LocalProtocolError:
-    return LocalProtocolError(
-        f"header {_quote(name)} of a {command} frame cannot be sent: its {part} contains "
-        f"{what}, which {where} cannot carry"
-    )
-
-
-def _escaped_lines(command: str, headers: dict[str, str], version: StompVersion | None) -> str:
-    """The header lines of a 1.1 or 1.2 frame whose names or values need escapes."""
-    escape = _escape_1_2
-    if version is StompVersion.V1_1:
-        escape = _escape_1_1
-        for name, value in headers.items():
-            if "\r" in name or "\r" in value:
-                part = "name" if "\r" in name else "value"
-                raise _refuse(command, name, part, "a carriage return", "STOMP 1.1")
-    # Escape every name and value in one pass: NUL stands for the end of a line and SOH for the
-    # colon, since escaping leaves both alone. Only when no name or value holds either of them.
-    text = "\0".join(map("\1".join, headers.items()))
-    if text.count("\0") == len(headers) - 1 and text.count("\1") == len(headers):
-        return escape(text).replace("\1", ":").replace("\0", "\n") + "\n"
-    return "".join(f"{escape(name)}:{escape(value)}\n" for name, value in headers.items())
-
-
-def _check_raw(command: str, headers: dict[str, str], version: StompVersion | None) -> None:
-    """Refuse names and values that an unescaped frame cannot carry."""
-    where = "STOMP 1.0" if version is StompVersion.V1_0 else f"an unescaped {command} frame"
-    for name, value in headers.items():
-        for char, label in (("\n", "a line feed"), ("\r", "a carriage return")):
-            if char in name:
-                raise _refuse(command, name, "name", label, where)
-            if char in value:
-                raise _refuse(command, name, "value", label, where)
-        if ":" in name:
-            raise _refuse(command, name, "name", "a colon", where)
-
-
-def header_lines(command: str, headers: dict[str, str], version: StompVersion | None) -> str:
-    """All header lines of a frame, each ending in LF, escaped as `version` requires (also
-    for callers that assemble a frame from parts encoded once and reused)."""
-    if not headers:
-        return ""
-    names = "".join(headers)
-    values = "".join(headers.values())
-    if command in UNESCAPED_COMMANDS or version is StompVersion.V1_0:
-        if _has_special(names, ("\n", "\r", ":")) or _has_special(values, ("\n", "\r")):
-            _check_raw(command, headers, version)
-    elif _has_special(names, _SPECIAL) or _has_special(values, _SPECIAL):
-        return _escaped_lines(command, headers, version)
-    return "\n".join(map(":".join, headers.items())) + "\n"
-
-
-def escape_value(text: str) -> str:
-    """`text` escaped as a STOMP 1.2 header name or value (of a frame that is escaped)."""
-    return _escape_1_2(text) if _has_special(text, _SPECIAL) else text
-
-
-def _content_length_line(frame: Frame) -> str:
-    """The content-length line to add, if any; refuse a declared length that is wrong."""
-    body_length = len(frame.body)
-    declared = frame.headers.get("content-length")
-    if declared is None:
-        # Without content-length a body that contains NUL would end early on the receiving side.
-        return f"content-length:{body_length}\n" if body_length else ""
-    if not (declared.isascii() and declared.isdigit()) or int(declared) != body_length:
-        raise LocalProtocolError(
-            f"{frame.command} frame declares content-length {_quote(declared)} but its body "
-            f"has {body_length} bytes"
-        )
-    return ""
-
-
-def encode_frame(frame: Frame, version: StompVersion | None = None) -> bytes:
-    """The wire bytes of `frame` for a peer speaking `version` (None: STOMP 1.2).
-
-    Lines end in LF alone. A non-empty body without a content-length header gets one, as the
-    last header. Raises LocalProtocolError for anything `version` cannot carry.
-    """
-    command = frame.command
-    if not (command.isascii() and command.isalpha() and command.isupper()):
-        raise LocalProtocolError(
-            f"cannot send command {_quote(command)}: a STOMP command is one or more upper-case "
-            "letters A-Z"
-        )
-    head = f"{command}\n{header_lines(command, frame.headers, version)}"
-    head += _content_length_line(frame) + "\n"
-    try:
-        encoded = head.encode()
-    except UnicodeEncodeError:
-        raise _unencodable(frame) from None
-    return b"".join((encoded, frame.body, b"\0"))
-
-
-def _unencodable(frame: Frame) -> LocalProtocolError:
-    """The error for a frame whose header names or values have no UTF-8 form (lone surrogates)."""
-    for name, value in frame.headers.items():
-        for part, text in (("name", name), ("value", value)):
-            try:
-                text.encode()
-            except UnicodeEncodeError as exc:
-                bad = text[exc.start : exc.end]
-                return _refuse(frame.command, name, part, repr(bad), "UTF-8")
-    return LocalProtocolError(f"{frame.command} frame cannot be encoded as UTF-8")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Final
 
 
 class StompVersion(Enum):
@@ -85,3 +86,15 @@ class AckRun:
     A STOMP 1.2 consumer acknowledging message by message sends little else."""
 
     ids: list[str]
+
+
+# How much of a rejected input an error message quotes.
+_QUOTE_LIMIT: Final = 40
+
+
+def quote(data: bytes | bytearray | str) -> str:
+    """`data` as a repr, cut to a readable length, for error messages."""
+    if len(data) <= _QUOTE_LIMIT:
+        return repr(bytes(data) if isinstance(data, bytearray) else data)
+    head = data[:_QUOTE_LIMIT]
+    return repr(bytes(head) if isinstance(head, bytearray) else head) + "..."

@@ -10,7 +10,7 @@ Flow metering: each turn of the pump writes pending control frames, then at most
 `connection-flow-count` MESSAGE frames, then yields to the event loop, so incoming frames are read
 and their RECEIPTs written before the next batch of messages.
 
-Input is bounded (server.input_budget): after every read, what the session holds of frames being
+Input is bounded (session.input_budget): after every read, what the session holds of frames being
 received is charged to the memory ledger and checked against the connection's and the broker's
 limits. A new connection is first counted against imq.stomp.max_connections and
 imq.stomp.max_connections_per_address (core.connection_counts); one past them never reaches the
@@ -29,16 +29,18 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from sluiceway.errors import BadRequest, BrokerError, InternalError
-from sluiceway.server.input_budget import InputBudget
+from sluiceway.server.snapshots import ConnectionInfo, Traffic
+from sluiceway.session.input_budget import InputBudget
 from sluiceway.session.render import error_frame
 from sluiceway.session.session import SessionState, StompSession
 
 if TYPE_CHECKING:
-    from sluiceway.server.stomp_server import StompServer
+    from sluiceway.config import BrokerConfig
+    from sluiceway.core.broker import Broker
+    from sluiceway.security.access import Gate
 
 log = logging.getLogger(__name__)
 
@@ -56,53 +58,46 @@ CLOSE_LINGER_S = 5.0  # after an ERROR, how long a client that does not read may
 DRAIN_QUIET_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionInfo:
-    """A snapshot of one connection, for operators and tests."""
+class Serving(Protocol):
+    """What serves STOMP: the broker, its configuration, and the users and access rules shared
+    by every session (None: each session reads its own, or there is no authentication)."""
 
-    number: int  # the core connection number (0 before CONNECT)
-    service: str  # the listener that carries it: stomp, stomp-tls, ws
-    peer: str
-    state: str
-    version: str | None
-    subscriptions: int
-    outstanding: int  # messages given to its subscriptions and not consumed
-    write_buffer: int  # bytes waiting in the transport to be written
-    writing_paused: bool  # above the high-water mark: no more messages are given to it
-    reading_paused: bool
-    held_sends: int  # SENDs held until their destination can take them
-    held_reason: str | None  # why the oldest waits (destination, limit, value)
-    tcp_nodelay: bool
-    send_buffer: int  # kernel SO_SNDBUF, bytes
-    receive_buffer: int  # kernel SO_RCVBUF, bytes
-    traffic: Traffic  # what it carried so far
+    @property
+    def broker(self) -> Broker: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def gate(self) -> Gate | None: ...
 
 
-@dataclass
-class Traffic:
-    """What one connection (or, summed, one listener) carried: bytes and frames each way, and
-    of the frames, messages (SEND in, MESSAGE out)."""
+class Listening(Serving, Protocol):
+    """The listener a connection was accepted by, as the connection uses it (a StompServer).
 
-    bytes_in: int = 0
-    bytes_out: int = 0
-    frames_in: int = 0
-    frames_out: int = 0
-    msgs_in: int = 0
-    msgs_out: int = 0
+    Declared here so that the connection need not import the listener that creates it.
+    """
 
-    def add(self, other: Traffic) -> None:
-        self.bytes_in += other.bytes_in
-        self.bytes_out += other.bytes_out
-        self.frames_in += other.frames_in
-        self.frames_out += other.frames_out
-        self.msgs_in += other.msgs_in
-        self.msgs_out += other.msgs_out
+    @property
+    def name(self) -> str: ...
+
+    def admit(self, protocol: StompProtocol, address: str) -> BrokerError | None: ...
+
+    def refused(self, limit: str | None) -> None: ...
+
+    def connection_opened(self, protocol: StompProtocol) -> None: ...
+
+    def connection_closed(self, protocol: StompProtocol) -> None: ...
+
+    def flush_store(self) -> None: ...
+
+    def wait_for_sync(self, protocol: StompProtocol) -> None: ...
 
 
 class StompProtocol(asyncio.Protocol):
     """One accepted STOMP connection."""
 
-    def __init__(self, server: StompServer) -> None:
+    def __init__(self, server: Listening) -> None:
         self._server = server
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None

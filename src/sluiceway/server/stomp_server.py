@@ -3,7 +3,7 @@
 Every listener counts the connections it accepts in the broker's one `ConnectionCounts`, so
 imq.stomp.max_connections and imq.stomp.max_connections_per_address hold over all of them; it
 counts the connections it refused, or closed, by each connection and input limit (the metrics).
-The broker's periodic tick and the other services live in server.services.
+The broker's periodic tick and the other services live in app.services.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from sluiceway.core.broker import Broker
 from sluiceway.core.values.connection_counts import MAX_CONNECTIONS, MAX_PER_ADDRESS
 from sluiceway.errors import BrokerError
 from sluiceway.security.access import Gate
-from sluiceway.server.connection import ConnectionInfo, StompProtocol, Traffic
-from sluiceway.server.input_budget import CONNECT_FRAME_SIZE, INPUT_MAX, INPUT_TOTAL_MAX
+from sluiceway.server.connection import StompProtocol
+from sluiceway.server.snapshots import ConnectionInfo, Traffic
+from sluiceway.session.input_budget import CONNECT_FRAME_SIZE, INPUT_MAX, INPUT_TOTAL_MAX
 from sluiceway.session.session import StompSession
 
 log = logging.getLogger(__name__)

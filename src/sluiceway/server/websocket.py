@@ -31,7 +31,7 @@ protocol expects:
 Messages larger than `imq.stomp.max_frame_size` (plus `MESSAGE_SLACK`) are refused by aiohttp
 with close code 1009; a frame slightly over the limit still gets the STOMP ERROR naming it.
 
-The input budget (server.input_budget) covers what aiohttp holds too: aiohttp assembles a whole
+The input budget (session.input_budget) covers what aiohttp holds too: aiohttp assembles a whole
 message before handing it over, so a client stalled inside one would hold up to the message
 limit unseen. `InputCounter` stands between the socket's transport and aiohttp's protocol and
 counts the bytes aiohttp is given; those that arrived since the last message was taken, plus what
@@ -58,8 +58,8 @@ from sluiceway.server.httpguard import ConnectionGuard, GuardLimits, handling, h
 from sluiceway.server.stomp_server import StompServer
 
 if TYPE_CHECKING:
-    from sluiceway.app.services import Services
     from sluiceway.core.broker import Broker
+    from sluiceway.security.access import Gate
 
 log = logging.getLogger(__name__)
 
@@ -393,9 +393,8 @@ class WebSocketServer(StompServer):
     aiohttp's low-level HTTP server takes the WebSocket handshake.
     """
 
-    def __init__(self, broker: Broker, services: Services, name: str = "ws") -> None:
-        super().__init__(broker, name, services.gate)
-        self.services = services
+    def __init__(self, broker: Broker, name: str = "ws", gate: Gate | None = None) -> None:
+        super().__init__(broker, name, gate)
         self._http: web.Server | None = None
         self._listening: asyncio.Server | None = None
         self._stopping = False

@@ -131,6 +131,22 @@ def negotiate_version(frame: Frame) -> StompVersion | None:
     return None
 
 
+class UnsupportedVersion(BadRequest):
+    """No protocol version in common; the ERROR lists the versions this broker speaks."""
+
+
+def agreed_version(frame: Frame) -> StompVersion:
+    """The version a CONNECT agrees on, or the error that says none is spoken by both."""
+    version = negotiate_version(frame)
+    if version is None:
+        raise UnsupportedVersion(
+            "unsupported protocol version",
+            f"accept-version {frame.headers.get('accept-version')!r} names no version this "
+            "broker speaks; it speaks STOMP 1.0, 1.1 and 1.2",
+        )
+    return version
+
+
 @dataclass(frozen=True, slots=True)
 class HeartBeat:
     """Negotiated heart-beat intervals in ms; 0: none in that direction."""

@@ -9,15 +9,18 @@ and `content-length`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Final
 
+from sluiceway import __version__
 from sluiceway.core.model.subscription import AckMode, Delivery
+from sluiceway.core.values.flow import ConnectionFlow
 from sluiceway.core.values.message import Message
 from sluiceway.errors import BrokerError
 from sluiceway.naming import DestinationKind
-from sluiceway.protocol.codec import encode_frame, escape_value, header_lines
+from sluiceway.protocol.encoder import encode_frame, escape_value
 from sluiceway.protocol.frames import Frame, StompVersion
+from sluiceway.protocol.message_frame import header_tail, plain_tail
+from sluiceway.protocol.message_frame import message_frame as encode_message
 
 ACK_SEPARATOR = "/"  # ack id = "<subscription number>/<message id>": needs no escaping
 # Headers the broker puts on every MESSAGE besides the producer's: a SEND may carry at most
@@ -45,8 +48,6 @@ _BROKER_NAMES: Final = frozenset(
 )  # fmt: skip
 
 
-# Subscription ids and destination names recur on every MESSAGE: escaped once each.
-_escape_name: Final = lru_cache(maxsize=4096)(escape_value)
 # Read on every message: a Final name is a C static when compiled (setup.py says why).
 _TOPIC: Final = DestinationKind.TOPIC
 
@@ -63,19 +64,15 @@ def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
         return _message_frame(delivery, version)
     message_id, tail = wire
     subscription = delivery.subscription
-    count = delivery.delivery_count
     ack = ""
     if subscription.ack_mode is not AckMode.AUTO:
-        ack = f"ack:{subscription.number}{ACK_SEPARATOR}{message_id}\n"
-    head = (
-        f"MESSAGE\nsubscription:{_escape_name(subscription.id)}\nmessage-id:{message_id}\n"
-        f"{ack}redelivered:{'true' if count > 1 else 'false'}\ndelivery-count:{count}\n"
+        ack = f"{subscription.number}{ACK_SEPARATOR}{message_id}"
+    encoded = encode_message(
+        subscription.id, message_id, ack, delivery.delivery_count, tail, message.body
     )
-    try:
-        encoded = head.encode()
-    except UnicodeEncodeError:
+    if encoded is None:
         return _message_frame(delivery, version)  # which names the header it cannot send
-    return b"".join((encoded, tail, message.body, b"\0"))
+    return encoded
 
 
 def _message_wire(message: Message) -> tuple[str, bytes] | None:
@@ -83,14 +80,16 @@ def _message_wire(message: Message) -> tuple[str, bytes] | None:
     blank line; None when only the general encoding can render the message faithfully."""
     if not message.headers:
         # No header of the producer's (the usual case): written directly.
-        tail = (
-            f"destination:{_escape_name(message.destination.path)}\n"
-            f"priority:{message.priority}\n"
-            f"persistent:{'true' if message.persistent else 'false'}\n"
-            f"expires:{message.expires}\ntimestamp:{message.timestamp}\n"
-            f"sequence:{message.seq}\ncontent-length:{len(message.body)}\n\n"
-        ).encode()
-        return _keep(message, (escape_value(message.id), tail))
+        plain = plain_tail(
+            message.destination.path,
+            message.priority,
+            message.persistent,
+            message.expires,
+            message.timestamp,
+            message.seq,
+            len(message.body),
+        )
+        return _keep(message, (escape_value(message.id), plain))
     if any(name == "ack" for name, _ in message.headers):
         return None  # a producer's `ack` shows on ack:auto subscriptions only: not constant
     headers = _message_headers(message)
@@ -98,9 +97,8 @@ def _message_wire(message: Message) -> tuple[str, bytes] | None:
         if name not in _BROKER_NAMES:
             headers.setdefault(name, value)
     headers["content-length"] = str(len(message.body))
-    try:
-        tail = (header_lines("MESSAGE", headers, StompVersion.V1_2) + "\n").encode()
-    except UnicodeEncodeError:
+    tail = header_tail(headers)
+    if tail is None:
         return None
     return _keep(message, (escape_value(message.id), tail))
 
@@ -207,7 +205,26 @@ def error_frame(
     return encode_frame(Frame("ERROR", headers, body), version)
 
 
-def connected_frame(headers: dict[str, str]) -> bytes:
+def connected_frame(
+    version: StompVersion,
+    session: str,
+    flow: ConnectionFlow,
+    failed_receipts: bool,
+    heart_beat: tuple[int, int],
+) -> bytes:
+    """The CONNECTED that accepts a CONNECT: the version agreed, the connection's flow control
+    and extensions, and (from STOMP 1.1) the broker's heart-beat send and receive periods."""
+    headers = {
+        "version": version.value,
+        "server": f"Sluiceway/{__version__}",
+        "session": session,
+        "connection-flow-count": str(flow.count),
+        "connection-flow-limit": str(flow.limit),
+        "connection-flow-limit-enabled": "true" if flow.limit_enabled else "false",
+        "failed-receipts": "true" if failed_receipts else "false",
+    }
+    if version is not StompVersion.V1_0:
+        headers["heart-beat"] = f"{heart_beat[0]},{heart_beat[1]}"
     return encode_frame(Frame("CONNECTED", headers))
 
 

@@ -10,32 +10,24 @@ id, an unknown destination prefix) gets an ERROR frame with a `message` header, 
 and a body that says what was wrong; the session then stops reading and the I/O layer closes the
 connection once the ERROR is written. Other connections are not affected.
 
-With imq.authentication.enabled the CONNECT must carry the `login` and `passcode` of a user of
-the users file (401 otherwise). The password is checked off the event loop (security.logins):
-meanwhile the session is AUTHENTICATING and takes no further frame (`input_blocked`, so the I/O
-layer stops reading); when the check is done, `on_control` is called and the CONNECT is handled
-again with its outcome. With imq.accesscontrol.enabled the access rules
-(security.access) are checked here, not in the core: connecting (connection.NORMAL), SEND
-(produce, and create when the destination is new), SUBSCRIBE (consume, or browse with
-`browser:true`, and create when new). A refusal is a 403 that names the user, the operation and
-the destination. Every failed attempt is logged at WARNING with the peer and the user name given;
-a passcode is never logged.
+With imq.authentication.enabled the CONNECT's password is checked off the event loop
+(session.access, security.logins): meanwhile the session is AUTHENTICATING and takes no further
+frame (`input_blocked`, so the I/O layer stops reading); when the check is done, `on_control` is
+called and the CONNECT is handled again with its outcome. The access rules are checked through
+session.access too; control frames wait in session.control.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
 from types import MappingProxyType
 from typing import Final
 
-from sluiceway import __version__
 from sluiceway.core.broker import Broker
 from sluiceway.core.connection import CoreConnection
-from sluiceway.core.model.subscription import Subscription
 from sluiceway.core.values.flow import UNLIMITED, ConnectionFlow
 from sluiceway.core.values.selector import compile_selector
 from sluiceway.errors import (
@@ -45,34 +37,30 @@ from sluiceway.errors import (
     InternalError,
     RemoteProtocolError,
 )
-from sluiceway.naming import DestinationKind, DestinationName
 from sluiceway.protocol.codec import FrameDecoder
 from sluiceway.protocol.frames import (
-    BODY_COMMANDS,
-    CLIENT_COMMANDS,
-    SERVER_COMMANDS,
     AckRun,
     Frame,
     StompVersion,
 )
 from sluiceway.security.access import (
-    AccessControl,
     AccessDenied,
     AuthenticationFailed,
     Gate,
     Operation,
     Outcome,
-    Service,
     TooManyLogins,
 )
 from sluiceway.security.logins import PendingLogin
 from sluiceway.security.users import Principal
-from sluiceway.server.input_budget import connect_frame_limit, frame_limit, frame_limit_error
 from sluiceway.session import headers as h
 from sluiceway.session import readers, stage_frames
+from sluiceway.session.access import SessionAccess
+from sluiceway.session.checks import acked, check_frame
+from sluiceway.session.control import MAX_WAITING_CONTROL, ControlFrames
+from sluiceway.session.input_budget import connect_frame_limit, frame_limit, frame_limit_error
 from sluiceway.session.render import (
     connected_frame,
-    echoable,
     error_frame,
     failed_receipt_frame,
     message_frame,
@@ -85,10 +73,6 @@ log = logging.getLogger(__name__)
 Extra = Mapping[str, str] | None  # headers a handler adds to its RECEIPT
 # A handler's answer when the frame's RECEIPT is owed later (a held SEND).
 DEFERRED: Final[Mapping[str, str]] = MappingProxyType({})
-# Control frames (RECEIPT, ERROR...) that may wait to be written, most of them for the journal
-# to sync, before the session takes no further frame: past this a slow disk (or a client that
-# does not read) paces the client, and the bytes it sends wait in the socket, not in memory.
-MAX_WAITING_CONTROL: Final = 4096
 # Read on every message: a Final name is a C static when compiled (setup.py says why).
 _PRODUCE: Final = Operation.PRODUCE
 
@@ -99,10 +83,6 @@ class SessionState(enum.Enum):
     CONNECTED = "connected"
     DRAINING = "draining"  # DISCONNECT arrived while SENDs were held: settling them first
     CLOSING = "closing"  # nothing more is read; the I/O layer closes after flushing
-
-
-class _UnsupportedVersion(BadRequest):
-    """No protocol version in common; the ERROR lists the versions this broker speaks."""
 
 
 class StompSession:
@@ -120,11 +100,8 @@ class StompSession:
         config = broker.config
         self.broker = broker
         self.peer = peer
-        # With authentication: who connected, and the access rules that apply to them (None
-        # when imq.accesscontrol.enabled is false).
-        self._gate = gate
-        self.principal: Principal | None = None
-        self._access: AccessControl | None = None
+        # With authentication: who connected, and what the access rules let them do.
+        self._access = SessionAccess(config, broker.registry, peer, gate)
         # While AUTHENTICATING: the CONNECT whose password is being checked, the check
         # (cancelled if the connection goes), and once it is done, its outcome: the CONNECT is
         # then handled again with it, before any further frame is read.
@@ -159,7 +136,7 @@ class StompSession:
         # Called when something settled outside this session's own input (a held SEND was
         # accepted or refused): control frames to write, and maybe input to read again.
         self._on_control = on_control
-        # Until a CONNECT is accepted, only a frame a CONNECT fits in (server.input_budget).
+        # Until a CONNECT is accepted, only a frame a CONNECT fits in (session.input_budget).
         first_frame, limit = connect_frame_limit(config)
         self._decoder = FrameDecoder(
             max_frame_size=first_frame,
@@ -167,15 +144,7 @@ class StompSession:
             max_header_length=config.max_header_length,
             frame_limit=limit,
         )
-        # Control frames waiting to be written, each with the journal position it depends on
-        # (0: none). They go out in order: a RECEIPT promises that every earlier frame was
-        # handled, so nothing overtakes a receipt that waits for the journal to sync.
-        self._control: deque[tuple[int, bytes]] = deque()
-        # Its bound: frames are handled only while fewer than MAX_WAITING_CONTROL wait, and a
-        # frame queues at most one; a held SEND's answer comes later (at most hold_max_messages
-        # are held); then a closing ERROR and a DISCONNECT's RECEIPT. Checked in `_queue`.
-        self._control_limit = MAX_WAITING_CONTROL + config.hold_max_messages + 2
-        self._control_lsn = 0  # the furthest journal position a queued control frame named
+        self._control = ControlFrames(config.hold_max_messages)  # waiting to be written
         self._handlers: dict[str, Callable[[Frame], Extra]] = {
             "CONNECT": self._on_connect,
             "STOMP": self._on_connect,
@@ -189,6 +158,15 @@ class StompSession:
             "ABORT": self._on_abort,
             "DISCONNECT": self._on_disconnect,
         }
+
+    @property
+    def principal(self) -> Principal | None:
+        """The user who connected (with authentication); the access rules' changes regroup it."""
+        return self._access.principal
+
+    @principal.setter
+    def principal(self, principal: Principal | None) -> None:
+        self._access.principal = principal
 
     # -- I/O facing ----------------------------------------------------------------------------
 
@@ -255,23 +233,17 @@ class StompSession:
     def data_to_send(self, synced_lsn: int = 0) -> bytes:
         """Control frames that may be written now: those whose records are durable (synced up
         to `synced_lsn`), in order. They go ahead of any further payload."""
-        control = self._control
-        if not control:
-            return b""
-        ready = []
-        while control and control[0][0] <= synced_lsn:
-            ready.append(control.popleft()[1])
-        return b"".join(ready)
+        return self._control.ready(synced_lsn)
 
     @property
     def waiting_for_sync(self) -> bool:
         """Control frames are held until the journal syncs."""
-        return bool(self._control)
+        return len(self._control) > 0
 
     @property
     def waiting_lsn(self) -> int:
         """The journal must sync this far for every control frame held now to go."""
-        return self._control_lsn
+        return self._control.lsn
 
     @property
     def control_waiting(self) -> int:
@@ -279,9 +251,9 @@ class StompSession:
         return len(self._control)
 
     def _queue(self, data: bytes, lsn: int = 0) -> None:
-        if len(self._control) >= self._control_limit:
-            # Not reached while the bound above holds; were it broken, the connection ends
-            # (the client sees it drop, as after a network failure) rather than grow this.
+        if not self._control.put(data, lsn):
+            # Not reached while the control frames' bound holds; were it broken, the connection
+            # ends (the client sees it drop, as after a network failure) rather than grow them.
             log.error(
                 "%s: %d control frames wait to be written, the most a connection may have; "
                 "closing the connection",
@@ -291,8 +263,6 @@ class StompSession:
             self._close()
             return
         self.frames_out += 1
-        self._control.append((lsn, data))
-        self._control_lsn = max(self._control_lsn, lsn)
 
     def take_payload(self, max_frames: int) -> tuple[bytes, int]:
         """Up to `max_frames` MESSAGE frames to write now, and how many there are."""
@@ -325,7 +295,7 @@ class StompSession:
         self.failure = error
         if not (logged or isinstance(error, AuthenticationFailed | AccessDenied | TooManyLogins)):
             log.warning("%s: %s: %s (status %d)", self.peer, error.summary, error, error.status)
-        extra = {"version": "1.0,1.1,1.2"} if isinstance(error, _UnsupportedVersion) else None
+        extra = {"version": "1.0,1.1,1.2"} if isinstance(error, h.UnsupportedVersion) else None
         self._queue(error_frame(error, self.version, receipt, extra))
         self._close()
 
@@ -401,38 +371,15 @@ class StompSession:
             self._close()
 
     def _check(self, frame: Frame) -> Callable[[Frame], Extra]:
-        command = frame.command
-        handler = self._handlers.get(command)
-        if handler is None:
-            kind = "a server frame" if command in SERVER_COMMANDS else "not a STOMP command"
-            raise BadRequest(
-                "unknown command",
-                f"{command} is {kind}; a client may send " + ", ".join(sorted(CLIENT_COMMANDS)),
-            )
-        connecting = command in ("CONNECT", "STOMP")
-        if self.state is SessionState.AWAITING_CONNECT and not connecting:
-            raise BadRequest(
-                "not connected", f"the first frame must be CONNECT or STOMP, not {command}"
-            )
-        if self.state is SessionState.CONNECTED and connecting:
-            raise BadRequest("already connected", f"{command} was sent on a connected session")
-        if frame.body and command not in BODY_COMMANDS:
-            raise BadRequest(
-                "unexpected body",
-                f"a {command} frame must not have a body (only SEND may); "
-                f"this one has {len(frame.body)} bytes",
-            )
-        # Values the broker writes back (receipt ids, subscription ids) must be expressible in
-        # the session's STOMP version, or the replies could never be written.
-        for name in ("receipt", "id") if command == "SUBSCRIBE" else ("receipt",):
-            value = frame.headers.get(name)
-            if value is not None and not echoable(value, self.version):
-                raise BadRequest(
-                    f"invalid {name} header",
-                    f"the {name} header contains a carriage return, which STOMP "
-                    f"{self.version.value if self.version else ''} cannot write back; "
-                    "use STOMP 1.2 or leave it out",
-                )
+        handler = self._handlers.get(frame.command)
+        check_frame(
+            frame,
+            self.version,
+            known=handler is not None,
+            awaiting_connect=self.state is SessionState.AWAITING_CONNECT,
+            connected=self.state is SessionState.CONNECTED,
+        )
+        assert handler is not None  # (check_frame refuses an unknown command)
         return handler
 
     def _connection(self) -> CoreConnection:
@@ -440,24 +387,18 @@ class StompSession:
         return self.core
 
     def _on_connect(self, frame: Frame) -> Extra:
-        version = h.negotiate_version(frame)
-        if version is None:
-            raise _UnsupportedVersion(
-                "unsupported protocol version",
-                f"accept-version {frame.headers.get('accept-version')!r} names no version this "
-                "broker speaks; it speaks STOMP 1.0, 1.1 and 1.2",
-            )
+        version = h.agreed_version(frame)
         principal = None
         if self.broker.config.authentication:
             outcome, self._login_outcome, self._connecting = self._login_outcome, None, None
             if outcome is None:
-                started = self._login_for(frame)
+                started = self._access.login(frame, self._login_done)
                 if isinstance(started, PendingLogin):
                     self.state = SessionState.AUTHENTICATING
                     self._connecting, self._login = frame, started
                     return DEFERRED  # handled again once the password is checked
                 outcome = started
-            principal = self._admit(outcome)
+            principal = self._access.admit(outcome)
         config = self.broker.config
         heartbeat = h.HeartBeat(0, 0)
         if version is not StompVersion.V1_0:
@@ -475,31 +416,13 @@ class StompSession:
         # STOMP 1.2 ACKs name their delivery by one id: a run of them is acknowledged at once.
         self._decoder.ack_runs = version is StompVersion.V1_2
         self.state = SessionState.CONNECTED
-        reply = {
-            "version": version.value,
-            "server": f"Sluiceway/{__version__}",
-            "session": f"{self.broker.instance_id}-{self.core.number}",
-            "connection-flow-count": str(flow.count),
-            "connection-flow-limit": str(flow.limit),
-            "connection-flow-limit-enabled": "true" if flow.limit_enabled else "false",
-            "failed-receipts": "true" if self.failed_receipts else "false",
-        }
-        if version is not StompVersion.V1_0:
-            reply["heart-beat"] = f"{config.heartbeat_send_ms},{config.heartbeat_receive_ms}"
-        self._queue(connected_frame(reply))
+        heart_beat = (config.heartbeat_send_ms, config.heartbeat_receive_ms)
+        session = f"{self.broker.instance_id}-{self.core.number}"
+        self._queue(connected_frame(version, session, flow, self.failed_receipts, heart_beat))
         log.debug("%s: connected with STOMP %s, heart-beat %s", self.peer, version.value, heartbeat)
         return None
 
     # -- authentication and access control -----------------------------------------------------
-
-    def _login_for(self, frame: Frame) -> Outcome | PendingLogin:
-        """With imq.authentication.enabled, the user the CONNECT's login and passcode stand
-        for, or the error to refuse it with: now, or later through `_login_done`."""
-        gate = self._gate
-        if gate is None:  # a session made without its listener's gate reads the files itself
-            gate = self._gate = Gate(self.broker.config)
-        login, passcode = frame.headers.get("login"), frame.headers.get("passcode")
-        return gate.login(login, passcode, self.peer, self._login_done)
 
     def _login_done(self, outcome: Outcome) -> None:
         """The password check is done (on the event loop): the CONNECT is handled again with its
@@ -510,43 +433,10 @@ class StompSession:
         self._login_outcome = outcome
         self._on_control()
 
-    def _admit(self, outcome: Outcome) -> Principal:
-        """Raise the refusal, or take the principal once the access rules let it connect."""
-        if isinstance(outcome, BrokerError):
-            raise outcome
-        gate = self._gate
-        self.principal, self._access = outcome, gate.access if gate is not None else None
-        self._authorize(Operation.CONNECT, None, Service.NORMAL.value)
-        return outcome
-
-    def _authorize(self, operation: Operation, kind: DestinationKind | None, name: str) -> None:
-        """Raise (and log) a 403 if the access rules refuse this connection's user."""
-        access, principal = self._access, self.principal
-        if access is None or principal is None:
-            return
-        try:
-            access.check(principal, operation, kind, name)
-        except AccessDenied as exc:
-            log.warning("%s: %s: %s", self.peer, exc.summary, exc.decision.explain())
-            raise
-
-    def _authorize_use(self, operation: Operation, destination: DestinationName) -> None:
-        """`operation` on `destination`, and creating it if this request would auto-create it."""
-        if self._access is None:
-            return
-        self._authorize(operation, destination.kind, destination.name)
-        broker = self.broker
-        if (
-            broker.registry.get(destination) is None
-            and not destination.is_system
-            and broker.config.autocreate_enabled(destination.kind)
-        ):
-            self._authorize(Operation.CREATE, destination.kind, destination.name)
-
     def _on_send(self, frame: Frame) -> Extra:
         self.sends_in += 1
         request = h.send_request(frame, self.broker.config.max_header_count)
-        self._authorize_use(_PRODUCE, request.destination)
+        self._access.authorize_use(_PRODUCE, request.destination)
         receipt = frame.headers.get("receipt")
         stage = None
         if "stage" in frame.headers:  # most SENDs name none: no call for those
@@ -605,7 +495,9 @@ class StompSession:
         cursor, lease = readers.read_request(frame)
         # A durable subscription, a cursor and a lease consume too; browsing is its own right.
         plain_browse = browser and cursor is None and lease is None
-        self._authorize_use(Operation.BROWSE if plain_browse else Operation.CONSUME, destination)
+        self._access.authorize_use(
+            Operation.BROWSE if plain_browse else Operation.CONSUME, destination
+        )
         subscription = self._connection().subscribe(
             sub_id,
             destination,
@@ -656,7 +548,7 @@ class StompSession:
     def _on_ack(self, frame: Frame) -> Extra:
         if readers.is_position_ack(frame):
             return self._position_ack(frame, release=False)
-        subscription, message_id = self._acked(frame)
+        subscription, message_id = acked(self._connection(), self.version, frame)
         self._connection().ack(subscription, message_id, frame.headers.get("transaction"))
         return None
 
@@ -677,7 +569,7 @@ class StompSession:
     def _on_nack(self, frame: Frame) -> Extra:
         if readers.is_position_ack(frame):
             return self._position_ack(frame, release=True)
-        subscription, message_id = self._acked(frame)
+        subscription, message_id = acked(self._connection(), self.version, frame)
         self._connection().nack(subscription, message_id, frame.headers.get("transaction"))
         return None
 
@@ -693,35 +585,7 @@ class StompSession:
     def _authorize_position(self, frame: Frame) -> None:
         """Moving a cursor or ending a lease consumes from its destination."""
         destination = h.destination(frame)
-        self._authorize(Operation.CONSUME, destination.kind, destination.name)
-
-    def _acked(self, frame: Frame) -> tuple[Subscription, str]:
-        """The subscription and message an ACK or NACK names, per the session's version."""
-        core = self._connection()
-        if self.version is StompVersion.V1_2:
-            text = h.required(frame, "id")
-            parsed = parse_ack_id(text)
-            subscription = core.subscription_by_number(parsed[0]) if parsed else None
-            if parsed is None or subscription is None:
-                raise BadRequest(
-                    f"{frame.command} for an unknown id",
-                    f"{frame.command} id {text!r} is not the ack header of a message delivered on "
-                    "this connection",
-                )
-            return subscription, parsed[1]
-        message_id = h.required(frame, "message-id")
-        sub_id = frame.headers.get("subscription")
-        if sub_id is None and self.version is StompVersion.V1_1:
-            sub_id = h.required(frame, "subscription")
-        found = core.subscription(sub_id) if sub_id is not None else core.find_unacked(message_id)
-        if found is None:
-            raise BadRequest(
-                f"{frame.command} for an unknown message",
-                f"{frame.command} names message {message_id!r}"
-                + (f" on subscription {sub_id!r}" if sub_id is not None else "")
-                + ", which is not awaiting acknowledgement on this connection",
-            )
-        return found, message_id
+        self._access.authorize(Operation.CONSUME, destination.kind, destination.name)
 
     def _on_begin(self, frame: Frame) -> Extra:
         self._connection().begin(h.required(frame, "transaction"))

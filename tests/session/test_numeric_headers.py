@@ -17,7 +17,7 @@ from sluiceway.core.broker import Broker
 from sluiceway.naming import parse_destination
 from sluiceway.session.session import SessionState
 from sluiceway.testing import FakeClock
-from tests.server.peer import Peer
+from tests.session.peer import Peer
 
 I64 = "9223372036854775807"  # 2^63-1: sequence numbers, expiries, lease sizes and times
 ABOVE_I64 = "9223372036854775808"

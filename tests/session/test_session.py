@@ -10,7 +10,7 @@ from sluiceway.protocol.codec import encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
 from sluiceway.session.session import SessionState
 from sluiceway.testing import FakeClock
-from tests.server.peer import Peer
+from tests.session.peer import Peer
 
 
 @pytest.fixture

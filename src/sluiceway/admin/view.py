@@ -1,0 +1,54 @@
+"""What the admin endpoint reads of a running broker, declared where it is read.
+
+The object that wires a broker (app.services) sits above admin and hands itself to the admin
+endpoint, the metrics sampler and the history; they type it against these protocols, so admin
+never imports the wiring it is part of. Each protocol names only what admin reads: the
+attributes are read-only properties, which a plain attribute satisfies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from sluiceway.server.connection import Serving
+
+if TYPE_CHECKING:
+    from sluiceway.admin.metrics import MetricsSampler
+    from sluiceway.server.snapshots import ConnectionInfo, Traffic
+
+
+class ListenerView(Protocol):
+    """A service that carries STOMP connections, as its metrics read it."""
+
+    @property
+    def name(self) -> str: ...
+
+    def connections(self) -> list[ConnectionInfo]: ...
+
+    def traffic(self) -> Traffic: ...
+
+
+class ListenersView(Protocol):
+    """What the metrics sampler reads: the listeners, as many as have started so far."""
+
+    @property
+    def listeners(self) -> Sequence[ListenerView]: ...
+
+
+class BrokerView(ListenersView, Serving, Protocol):
+    """A running broker and its services, as the admin API, /metrics and the history read it."""
+
+    @property
+    def started(self) -> float: ...
+
+    @property
+    def metrics(self) -> MetricsSampler: ...
+
+    def connections(self) -> list[ConnectionInfo]:
+        """A snapshot of every open STOMP connection, whatever carries it."""
+        ...
+
+    def addresses(self) -> dict[str, tuple[str, int]]:
+        """Service name -> the host and port it is bound to."""
+        ...

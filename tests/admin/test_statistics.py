@@ -1,0 +1,30 @@
+"""The table of a destination's counters and the places that show them agree."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sluiceway.admin.metrics import Rates
+from sluiceway.admin.model import Totals
+from sluiceway.admin.statistics import DESTINATION_STATISTICS, TRAFFIC
+from sluiceway.core.model.destination import DestinationStats
+
+
+def test_the_api_totals_have_one_field_per_counter_in_the_table_order() -> None:
+    names = [statistic.name for statistic in DESTINATION_STATISTICS]
+    assert [field.name for field in dataclasses.fields(Totals)] == names
+
+
+def test_the_traffic_counters_are_the_rates_in_their_order() -> None:
+    assert [statistic.name for statistic in TRAFFIC] == [
+        field.name for field in dataclasses.fields(Rates)
+    ]
+
+
+def test_each_counter_reads_its_own_field() -> None:
+    stats = DestinationStats()
+    for value, statistic in enumerate(DESTINATION_STATISTICS, start=1):
+        setattr(stats, statistic.name, value)
+    assert [statistic.read(stats) for statistic in DESTINATION_STATISTICS] == list(
+        range(1, len(DESTINATION_STATISTICS) + 1)
+    )
