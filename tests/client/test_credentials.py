@@ -14,7 +14,8 @@ from sluiceway.spark.options import source_options
 
 
 def test_the_asyncio_client_takes_the_names_and_their_aliases() -> None:
-    assert build_settings(username="etl", password="pw").username == "etl"  # noqa: S106  (a test password)
+    named = build_settings(username="etl", password="pw")  # noqa: S106  (a test password)
+    assert named.username == "etl"
     aliased = build_settings(login="etl", passcode="pw")
     assert (aliased.username, aliased.password) == ("etl", "pw")
     same = build_settings(username="etl", login="etl")  # the same value twice: no conflict

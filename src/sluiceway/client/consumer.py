@@ -118,7 +118,9 @@ class Consumer:
         try:
             await self.connection.request(self._subscribe_frame(), on_receipt=self._adopt)
         except (BrokerError, ClientError, OperationTimeoutError) as exc:
-            log.error("could not subscribe again to %s: %s", self.destination, exc)  # noqa: TRY400  (the cause says it all)
+            log.error(  # noqa: TRY400  (the cause says it all)
+                "could not subscribe again to %s: %s", self.destination, exc
+            )
             self.connection_closed(exc)
 
     def _adopt(self, receipt: Frame) -> None:

@@ -3,8 +3,8 @@
 `Link` opens one STOMP session to the first broker address that answers, sends Open MQ's
 connection-level flow settings on CONNECT, and routes incoming MESSAGE frames to its consumers;
 `connection.Connection` adds the making of sessions on top. Consumers and sessions are known
-here only by what the link asks of them (`Subscriber`, `Member`), so this module depends on
-nothing above it. When the connection is lost:
+here only by what the link asks of them (`Subscriber`, `LinkedSession`), so this module depends
+on nothing above it. When the connection is lost:
 
 - without reconnect (`imqReconnectEnabled=false`, the default) every pending operation and every
   later one fails at once with ConnectionClosedError;
@@ -59,7 +59,7 @@ class Subscriber(Protocol):
     async def resubscribe(self) -> None: ...
 
 
-class Member(Protocol):
+class LinkedSession(Protocol):
     """What the link asks of a session: to hear of the connection's loss, and to close."""
 
     def connection_lost(self) -> None: ...
@@ -78,7 +78,7 @@ class Link:
         self._failure: BaseException | None = None
         self._closed = False
         self._consumers: dict[str, Subscriber] = {}
-        self._sessions: list[Member] = []
+        self._sessions: list[LinkedSession] = []
         self._ids = itertools.count(1)
         self._reconnecting: asyncio.Task[None] | None = None
         self.generation = 0  # increases with every (re)connection
@@ -239,11 +239,11 @@ class Link:
     def unregister(self, consumer: Subscriber) -> None:
         self._consumers.pop(consumer.subscription_id, None)
 
-    def adopt(self, session: Member) -> None:
+    def adopt(self, session: LinkedSession) -> None:
         """A new session of this connection: told of losses, closed with it."""
         self._sessions.append(session)
 
-    def forget(self, session: Member) -> None:
+    def forget(self, session: LinkedSession) -> None:
         if session in self._sessions:
             self._sessions.remove(session)
 

@@ -38,7 +38,7 @@ class AckMode(enum.Enum):
     DUPS_OK = "dups-ok"
 
 
-class Member(Protocol):
+class SessionConsumer(Protocol):
     """What a session asks of its consumers: how many messages they hold, and to close."""
 
     @property
@@ -55,16 +55,16 @@ class SessionState:
         self.connection = connection
         self.ack_mode = ack_mode
         self.transacted = transacted
-        self._consumers: list[Member] = []
+        self._consumers: list[SessionConsumer] = []
         # (consumer, connection generation, ack id) handed over and not yet acknowledged
-        self._unacked: list[tuple[Member, int, str]] = []
+        self._unacked: list[tuple[SessionConsumer, int, str]] = []
         self._transaction: str | None = None
         self._rolled_back: str | None = None  # why the open transaction was lost, if it was
         self.closed = False
 
     # -- acknowledging -------------------------------------------------------------------------
 
-    def handed_over(self, consumer: Member, message: Message, generation: int) -> None:
+    def handed_over(self, consumer: SessionConsumer, message: Message, generation: int) -> None:
         """`message` reached the application: acknowledge it as the session's mode says."""
         if self.transacted:
             self._send_ack(message.ack_id, generation, self.transaction())
@@ -117,7 +117,7 @@ class SessionState:
         await self.connection.request(Frame("BEGIN", {"transaction": tx}))
         await self.connection.send(Frame("ABORT", {"transaction": tx}))
 
-    def forget_consumer_acks(self, consumer: Member) -> None:
+    def forget_consumer_acks(self, consumer: SessionConsumer) -> None:
         """A closed consumer's messages go back to the broker: do not acknowledge them."""
         self._unacked = [entry for entry in self._unacked if entry[0] is not consumer]
 
@@ -178,7 +178,7 @@ class SessionState:
             )
             self._transaction = None
 
-    def forget(self, consumer: Member) -> None:
+    def forget(self, consumer: SessionConsumer) -> None:
         if consumer in self._consumers:
             self._consumers.remove(consumer)
 
