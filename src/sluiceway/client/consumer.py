@@ -23,10 +23,9 @@ import inspect
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 from sluiceway.client.message import Message, MessageHandler
-from sluiceway.client.session import AckMode
+from sluiceway.client.session_state import AckMode, SessionState
 from sluiceway.errors import (
     BrokerError,
     ClientError,
@@ -36,9 +35,6 @@ from sluiceway.errors import (
 )
 from sluiceway.protocol.frames import Frame
 
-if TYPE_CHECKING:
-    from sluiceway.client.session import Session
-
 log = logging.getLogger(__name__)
 
 
@@ -47,7 +43,7 @@ class Consumer:
 
     def __init__(
         self,
-        session: Session,
+        session: SessionState,
         destination: str,
         selector: str | None = None,
         *,
@@ -122,7 +118,9 @@ class Consumer:
         try:
             await self.connection.request(self._subscribe_frame(), on_receipt=self._adopt)
         except (BrokerError, ClientError, OperationTimeoutError) as exc:
-            log.error("could not subscribe again to %s: %s", self.destination, exc)  # noqa: TRY400
+            log.error(  # noqa: TRY400  (the cause says it all)
+                "could not subscribe again to %s: %s", self.destination, exc
+            )
             self.connection_closed(exc)
 
     def _adopt(self, receipt: Frame) -> None:

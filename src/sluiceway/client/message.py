@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from sluiceway.client.session import Session
+
+class Acknowledger(Protocol):
+    """What a message asks of the session it came from: to acknowledge what it handed over."""
+
+    def acknowledge(self) -> Awaitable[None]: ...
 
 
 class MessageView:
@@ -70,7 +73,7 @@ class Message(MessageView):
     headers: Mapping[str, str]
     subscription: str
     ack_id: str
-    _session: Session | None = field(default=None, repr=False)
+    _session: Acknowledger | None = field(default=None, repr=False)
 
     def acknowledge(self) -> Awaitable[None]:
         """CLIENT_ACKNOWLEDGE: acknowledge every message the session has delivered so far."""

@@ -48,7 +48,16 @@ from sluiceway.client.pipeline_values import (
     StageState,
     optional_int,
 )
-from sluiceway.client.wire import CLIENT_MAX_HEADER_COUNT, READ_CHUNK, refusal
+from sluiceway.client.protocol import (
+    CLIENT_MAX_HEADER_COUNT,
+    READ_CHUNK,
+    ConnectRequest,
+    Receipts,
+    connected_version,
+    is_end_marker,
+    is_failed_receipt,
+    refusal,
+)
 from sluiceway.errors import (
     BrokerError,
     ConnectFailedError,
@@ -120,7 +129,8 @@ class PipelineConnection:
         self.settings = settings or PipelineSettings()
         self._socket: socket.socket | None = None
         self._decoder: FrameDecoder | None = None
-        self._ids = itertools.count(1)
+        self.receipt_numbers: Iterator[int] = itertools.count(1)  # receipt and subscription ids
+        self._receipts: Receipts[None] = Receipts(self.receipt_numbers)
 
     # -- pickling: settings only ------------------------------------------------------------------
 
@@ -130,11 +140,7 @@ class PipelineConnection:
     def __setstate__(self, state: dict[str, object]) -> None:
         settings = state["settings"]
         assert isinstance(settings, PipelineSettings)
-        # A fresh, unconnected copy.
-        self.settings = settings
-        self._socket = None
-        self._decoder = None
-        self._ids = itertools.count(1)
+        PipelineConnection.__init__(self, settings)  # a fresh, unconnected copy
 
     # -- opening and closing -----------------------------------------------------------------------
 
@@ -156,53 +162,25 @@ class PipelineConnection:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(settings.timeout)
         self._socket = sock
-        self._decoder = FrameDecoder(max_header_count=CLIENT_MAX_HEADER_COUNT)
+        self._decoder = decoder = FrameDecoder(max_header_count=CLIENT_MAX_HEADER_COUNT)
+        # No heart-beats: the connection is used in short bursts by one thread, which notices
+        # a dead broker by its own timeout.
+        request = ConnectRequest(settings.host, settings.username, settings.password)
         try:
-            self.write_frame(Frame("CONNECT", self._connect_headers()))
-            reply = self.next_frame()
+            self.write_frame(Frame("CONNECT", request.headers()))
+            version = connected_version(self.next_frame())
+        except BrokerError as exc:
+            self.close()
+            raise request.refused(exc, settings.port) from None
         except BaseException:
             self.close()
             raise
-        if reply.command != "CONNECTED":
-            self.close()
-            if reply.command == "ERROR":
-                raise self._refused(refusal(reply))
-            raise RemoteProtocolError(f"expected CONNECTED, got {reply.command}")
-        assert self._decoder is not None
-        self._decoder.version = StompVersion.V1_2
-
-    def _connect_headers(self) -> dict[str, str]:
-        settings = self.settings
-        headers = {
-            "accept-version": "1.2",
-            "host": settings.host,
-            # No heart-beats: the connection is used in short bursts by one thread, which
-            # notices a dead broker by its own timeout.
-            "heart-beat": "0,0",
-            "failed-receipts": "true",
-        }
-        if settings.login is not None:
-            headers["login"] = settings.login
-        if settings.passcode is not None:
-            headers["passcode"] = settings.passcode
-        return headers
-
-    def _refused(self, error: BrokerError) -> BrokerError:
-        """The broker's refusal of CONNECT, saying which broker and which user (never the
-        passcode)."""
-        settings = self.settings
-        who = f"user {settings.login!r}" if settings.login else "no user name"
-        return type(error)(
-            error.summary,
-            f"the broker at {settings.host}:{settings.port} refused {who}: {error}",
-            destination=error.destination,
-            limit=error.limit,
-            limit_value=error.limit_value,
-        )
+        decoder.version = version
 
     def close(self) -> None:
         """Close the socket at once (there is nothing to flush: every operation waited)."""
         sock, self._socket, self._decoder = self._socket, None, None
+        self._receipts.drain()  # their answers, if any, will never come
         if sock is not None:
             try:
                 sock.close()
@@ -269,9 +247,6 @@ class PipelineConnection:
         self.close()
         return refusal(frame)
 
-    def receipt_id(self, prefix: str) -> str:
-        return f"{prefix}{next(self._ids)}"
-
     def _request(self, frame: Frame) -> Frame:
         """Send `frame` with a receipt and return the RECEIPT; raise the broker's refusal.
 
@@ -289,20 +264,20 @@ class PipelineConnection:
 
     def _request_once(self, frame: Frame) -> Frame:
         self.connect()
-        receipt = self.receipt_id(_REQUEST_RECEIPT)
-        self.write_frame(Frame(frame.command, {**frame.headers, "receipt": receipt}, frame.body))
+        asked = self._receipts.ask(frame, None, _REQUEST_RECEIPT)
+        self.write_frame(asked)
         while True:
             reply = self.next_frame()
             if reply.command == "ERROR":
                 raise self.failed(reply)
-            if reply.command == "RECEIPT" and reply.headers.get("receipt-id") == receipt:
+            if self._receipts.answer(reply) is not None:
                 return reply
             # Anything else belongs to no operation of ours (operations run one at a time).
-            log.debug("ignoring a %s frame while waiting for %s", reply.command, receipt)
+            log.debug("ignoring a %s frame while waiting for %s", reply.command, asked.command)
 
     @staticmethod
     def _check(reply: Frame) -> Frame:
-        if "status" in reply.headers:  # a failed receipt: refused, the connection stays open
+        if is_failed_receipt(reply):  # refused, the connection stays open
             raise refusal(reply)
         return reply
 
@@ -311,9 +286,9 @@ class PipelineConnection:
     def _read(self, headers: dict[str, str]) -> Iterator[PipelineMessage | EndMarker]:
         """SUBSCRIBE with `headers`, yield each MESSAGE, then the end marker; UNSUBSCRIBE."""
         self.connect()
-        sub_id = f"p{next(self._ids)}"
-        receipt_id = self.receipt_id(_REQUEST_RECEIPT)
-        self.write_frame(Frame("SUBSCRIBE", {**headers, "id": sub_id, "receipt": receipt_id}))
+        sub_id = f"p{next(self.receipt_numbers)}"
+        subscribe = Frame("SUBSCRIBE", {**headers, "id": sub_id})
+        self.write_frame(self._receipts.ask(subscribe, None, _REQUEST_RECEIPT))
         # The RECEIPT may come before, among or after the messages (the broker writes control
         # frames between runs of messages): the read is over once both are in.
         receipt: Frame | None = None
@@ -322,10 +297,10 @@ class PipelineConnection:
             frame = self.next_frame()
             if frame.command == "ERROR":
                 raise self.failed(frame)
-            if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt_id:
+            if self._receipts.answer(frame) is not None:
                 receipt = self._check(frame)
             elif frame.command == "MESSAGE" and frame.headers.get("subscription") == sub_id:
-                if frame.headers.get("browser") == "end":
+                if is_end_marker(frame.headers):
                     end = frame
                 else:
                     yield PipelineMessage(frame.body, frame.headers)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Final, Protocol
 
 from sluiceway.client.pipeline_values import OutgoingMessage, PipelineSettings
-from sluiceway.client.wire import refusal
+from sluiceway.client.protocol import Receipts
 from sluiceway.errors import BrokerError
 from sluiceway.protocol.frames import Frame
 
@@ -38,14 +38,13 @@ class FrameLink(Protocol):
     """What the window needs of a connection: frames out and in, receipt ids, its settings."""
 
     settings: PipelineSettings
+    receipt_numbers: Iterator[int]  # shared by every request on the connection
 
     def write_frame(self, frame: Frame) -> None: ...
 
     def next_frame(self) -> Frame: ...
 
     def failed(self, frame: Frame) -> BrokerError: ...
-
-    def receipt_id(self, prefix: str) -> str: ...
 
 
 class SendWindow:
@@ -59,7 +58,7 @@ class SendWindow:
             self.extra["stage"] = stage
             if stage_ttl_ms is not None:
                 self.extra["stage-ttl"] = str(stage_ttl_ms)
-        self.inflight: OrderedDict[str, OutgoingMessage] = OrderedDict()
+        self.inflight: Receipts[OutgoingMessage] = Receipts(connection.receipt_numbers)
         self.inflight_bytes = 0
         self.refused: list[tuple[OutgoingMessage, BrokerError]] = []
         self.first_refused: dict[int, float] = {}  # id(message) -> when it was first refused
@@ -84,7 +83,6 @@ class SendWindow:
                 self._resend_refused()
 
     def _write(self, message: OutgoingMessage) -> None:
-        receipt = self.connection.receipt_id(SEND_RECEIPT)
         headers = {k: v for k, v in message.headers.items() if k not in _FRAME_HEADERS}
         headers.update(self.extra)
         headers.update(
@@ -92,13 +90,12 @@ class SendWindow:
                 "destination": message.destination,
                 "persistent": "true" if message.persistent else "false",
                 "priority": str(message.priority),
-                "receipt": receipt,
             }
         )
         if message.expires:
             headers["expires"] = str(message.expires)
-        self.connection.write_frame(Frame("SEND", headers, message.body))
-        self.inflight[receipt] = message
+        send = Frame("SEND", headers, message.body)
+        self.connection.write_frame(self.inflight.ask(send, message, SEND_RECEIPT))
         self.inflight_bytes += len(message.body)
 
     def _settle_one(self) -> None:
@@ -106,18 +103,16 @@ class SendWindow:
         frame = self.connection.next_frame()
         if frame.command == "ERROR":
             raise self.connection.failed(frame)
-        if frame.command != "RECEIPT":
+        answer = self.inflight.answer(frame)
+        if answer is None:
             return
-        message = self.inflight.pop(frame.headers.get("receipt-id", ""), None)
-        if message is None:
-            return
+        message, error = answer.waiter, answer.error
         self.inflight_bytes -= len(message.body)
-        if "status" not in frame.headers:
+        if error is None:
             self.sent += 1
             if self.first_refused.pop(id(message), None) is not None and not self.first_refused:
                 self.pause = self.settings.retry.pause  # every refused one got through
             return
-        error = refusal(frame)
         if not isinstance(error, self.settings.retry.retry_on):
             raise error
         self.refused.append((message, error))

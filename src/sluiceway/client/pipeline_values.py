@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
+from sluiceway.client.credentials import credential
 from sluiceway.client.message import MessageView
-from sluiceway.client.producer import RetryPolicy
+from sluiceway.client.retry import RetryPolicy
 from sluiceway.errors import RemoteProtocolError
 
 # Status of a refused lease ACK: the lease expired (or was released) before it was acknowledged.
@@ -40,24 +41,70 @@ class StageState(Enum):
     COMMITTED_BEFORE = "committed-before"
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineSettings:
-    """Where the broker is and how to talk to it; a plain value, safe to pickle."""
+def _default_retry() -> RetryPolicy:
+    return RetryPolicy(pause=0.1, deadline=60.0)
 
-    host: str = "127.0.0.1"
-    port: int = 61613
-    login: str | None = None
-    passcode: str | None = None
-    timeout: float = DEFAULT_TIMEOUT  # seconds to wait for any one answer of the broker
-    retry: RetryPolicy = field(default_factory=lambda: RetryPolicy(pause=0.1, deadline=60.0))
-    max_inflight: int = DEFAULT_MAX_INFLIGHT  # sends awaiting their receipts (messages)
-    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES  # their bodies (bytes)
+
+@dataclass(frozen=True, slots=True, init=False)
+class PipelineSettings:
+    """Where the broker is and how to talk to it; a plain value, safe to pickle.
+
+    The credentials are `username` and `password`, as everywhere else in the product; `login`
+    and `passcode` are accepted as their aliases (see `sluiceway.client.credentials`).
+    """
+
+    host: str
+    port: int
+    username: str | None
+    password: str | None
+    timeout: float  # seconds to wait for any one answer of the broker
+    retry: RetryPolicy
+    max_inflight: int  # sends awaiting their receipts (messages)
+    max_inflight_bytes: int  # their bodies (bytes)
+
+    def __init__(  # noqa: PLR0917  (the fields' order, as the dataclass's own __init__ had it)
+        self,
+        host: str = "127.0.0.1",
+        port: int = 61613,
+        username: str | None = None,
+        password: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+        *,
+        login: str | None = None,
+        passcode: str | None = None,
+    ) -> None:
+        # Frozen: the fields are set the way the generated __init__ would set them.
+        values = {
+            "host": host,
+            "port": port,
+            "username": credential("username", username, "login", login),
+            "password": credential("password", password, "passcode", passcode),
+            "timeout": timeout,
+            "retry": retry if retry is not None else _default_retry(),
+            "max_inflight": max_inflight,
+            "max_inflight_bytes": max_inflight_bytes,
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def login(self) -> str | None:
+        """The older name of `username`."""
+        return self.username
+
+    @property
+    def passcode(self) -> str | None:
+        """The older name of `password`."""
+        return self.password
 
     def __repr__(self) -> str:
-        # Never print the passcode (settings end up in Spark's plans and logs).
+        # Never print the password (settings end up in Spark's plans and logs).
         return (
-            f"PipelineSettings(host={self.host!r}, port={self.port}, login={self.login!r}, "
-            f"timeout={self.timeout})"
+            f"PipelineSettings(host={self.host!r}, port={self.port}, "
+            f"username={self.username!r}, timeout={self.timeout})"
         )
 
 

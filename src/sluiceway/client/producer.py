@@ -16,27 +16,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from sluiceway.errors import BrokerError, ResourceFull
+from sluiceway.client.retry import RetryPolicy
+from sluiceway.client.session_state import SessionState
 from sluiceway.protocol.frames import Frame
 
-if TYPE_CHECKING:
-    from sluiceway.client.session import Session
+__all__ = ["Producer", "RetryPolicy"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Pause and retry a refused send, as Open MQ's tuning guide advises, until `deadline`."""
-
-    pause: float = 0.5  # seconds before the first retry
-    backoff: float = 2.0  # each pause is this much longer than the last...
-    max_pause: float = 5.0  # ...up to this
-    deadline: float = 30.0  # seconds after the first attempt when the send gives up
-    retry_on: tuple[type[BrokerError], ...] = (ResourceFull,)
 
 
 class Producer:
@@ -44,7 +31,7 @@ class Producer:
 
     def __init__(
         self,
-        session: Session,
+        session: SessionState,
         destination: str | None,
         *,
         persistent: bool,

@@ -9,7 +9,8 @@ Attributes (Open MQ name: keyword, default; meaning):
 - imqAddressList: address, stomp://127.0.0.1:61613; comma-separated addresses, tried in order
 - imqAddressListIterations: address_list_iterations, 1; passes over the list per (re)connect
 - imqDefaultUsername / imqDefaultPassword: username / password, none; STOMP login / passcode
-  (the password is never shown: not in the repr of the settings, nor in any error message)
+  (the password is never shown: not in the repr of the settings, nor in any error message);
+  the keywords `login` and `passcode` are accepted as aliases (see `credentials`)
 - imqConfiguredClientID: client_id, none; the client id (durable subscriptions)
 - imqConsumerFlowLimit: consumer_flow_limit, 1000; messages per consumer (0 or -1: no limit of
   the consumer's own; the client then asks for UNLIMITED_CONSUMER_WINDOW, see below)
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from sluiceway.client.credentials import CREDENTIAL_ALIASES, credential
 from sluiceway.config import int_parser, parse_bool
 from sluiceway.errors import ConfigError
 from sluiceway.javaprops import load_properties
@@ -341,6 +343,9 @@ def build_settings(
             raise ConfigError(name, f"{name} has the value {shown}; accepted: {exc}") from None
     if address is not None:
         keywords["addresses"] = address
+    for alias, name in CREDENTIAL_ALIASES.items():
+        if alias in keywords:
+            keywords[name] = credential(name, keywords.get(name), alias, keywords.pop(alias))
     for keyword, value in keywords.items():
         attribute = KEYWORDS.get(keyword)
         if attribute is None:

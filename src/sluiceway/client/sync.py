@@ -212,8 +212,13 @@ class Session:
         )
         return Producer(producer, self._loop)
 
-    def consumer(self, destination: str, selector: str | None = None) -> Consumer:
-        return Consumer(self._loop.run(self._session.consumer(destination, selector)), self._loop)
+    def consumer(
+        self, destination: str, selector: str | None = None, *, durable_name: str | None = None
+    ) -> Consumer:
+        consumer = self._loop.run(
+            self._session.consumer(destination, selector, durable_name=durable_name)
+        )
+        return Consumer(consumer, self._loop)
 
     def durable_subscriber(self, topic: str, name: str, selector: str | None = None) -> Consumer:
         consumer = self._loop.run(self._session.durable_subscriber(topic, name, selector))

@@ -9,49 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 from collections.abc import Callable
-from typing import Final
+from typing import Final, TypeAlias
 
-from sluiceway.errors import (
-    BrokerError,
-    ConnectionClosedError,
-    OperationTimeoutError,
-    RemoteProtocolError,
-    broker_error,
+from sluiceway.client.protocol import (
+    CLIENT_MAX_HEADER_COUNT,
+    READ_CHUNK,
+    Receipts,
+    connected_version,
+    refusal,
 )
+from sluiceway.errors import BrokerError, ConnectionClosedError, OperationTimeoutError
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import HEARTBEAT, Frame, StompVersion
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK: Final = 256 * 1024
 WRITE_HIGH_WATER: Final = 256 * 1024  # above this many unsent bytes, writers wait for the socket
 HEARTBEAT_GRACE: Final = 2.0  # a broker silent for this many agreed intervals is taken for dead
-# The client accepts more headers per frame than the broker does: the broker adds its own
-# headers to each MESSAGE on top of what the producer sent.
-CLIENT_MAX_HEADER_COUNT: Final = 1024
 
 
-def refusal(frame: Frame) -> BrokerError:
-    """The BrokerError an ERROR frame, or a failed RECEIPT, stands for."""
-    headers = frame.headers
-    try:
-        status = int(headers.get("status", "500"))
-    except ValueError:
-        status = 500
-    detail = headers.get("detail")
-    if detail is None and frame.command == "ERROR":
-        detail = frame.body.decode("utf-8", "replace").strip() or None
-    return broker_error(
-        status,
-        headers.get("message", "refused by the broker"),
-        detail,
-        destination=headers.get("destination"),
-        limit=headers.get("limit"),
-        limit_value=headers.get("limit-value"),
-    )
+# A request waiting for its RECEIPT: the future its sender awaits, and what to call with the
+# RECEIPT as soon as it is read (see `Wire.request`).
+Waiter: TypeAlias = tuple[asyncio.Future[Frame], Callable[[Frame], None] | None]
 
 
 class Wire:
@@ -69,10 +50,7 @@ class Wire:
         self._on_frame = on_frame
         self._on_lost = on_lost
         self._decoder = FrameDecoder(max_header_count=CLIENT_MAX_HEADER_COUNT)
-        self._pending: dict[str, asyncio.Future[Frame]] = {}
-        # Called with a RECEIPT as it is read, before the frames behind it (see `request`).
-        self._on_receipt: dict[str, Callable[[Frame], None]] = {}
-        self._ids = itertools.count(1)
+        self._receipts: Receipts[Waiter] = Receipts()
         self._tasks: list[asyncio.Task[None]] = []
         self._loop = asyncio.get_running_loop()
         self._last_read = self._last_write = self._loop.time()
@@ -97,18 +75,10 @@ class Wire:
                 frame = self._next_frame()
                 if frame is None:
                     continue
-                self._check_connected(frame)
+                self.version = connected_version(frame)
                 self.connected = frame
-                self.version = StompVersion(frame.headers.get("version", "1.2"))
                 self._decoder.version = self.version
                 return frame
-
-    @staticmethod
-    def _check_connected(frame: Frame) -> None:
-        if frame.command == "ERROR":
-            raise refusal(frame)
-        if frame.command != "CONNECTED":
-            raise RemoteProtocolError(f"expected CONNECTED, got {frame.command}")
 
     def _next_frame(self) -> Frame | None:
         while (event := self._decoder.next_event()) is not None:
@@ -151,7 +121,7 @@ class Wire:
     @property
     def awaiting_receipt(self) -> int:
         """Frames written with a receipt request whose RECEIPT (or refusal) has not come yet."""
-        return sum(not future.done() for future in self._pending.values())
+        return len(self._receipts)
 
     async def request(
         self,
@@ -165,26 +135,19 @@ class Wire:
         any frame behind it is dispatched: the MESSAGE frames that follow a SUBSCRIBE's RECEIPT
         must find the window it grants already in force.
         """
-        receipt = f"c{next(self._ids)}"
         future: asyncio.Future[Frame] = self._loop.create_future()
-        self._pending[receipt] = future
-        if on_receipt is not None:
-            self._on_receipt[receipt] = on_receipt
+        asked = self._receipts.ask(frame, (future, on_receipt))
         try:
-            await self.send(Frame(frame.command, {**frame.headers, "receipt": receipt}, frame.body))
+            await self.send(asked)
             async with asyncio.timeout(timeout):
-                reply = await future
+                return await future
         except TimeoutError:
             raise OperationTimeoutError(
                 f"the broker did not confirm {frame.command} within {timeout} s "
                 "(imqAckTimeout or the call's timeout)"
             ) from None
         finally:
-            self._pending.pop(receipt, None)
-            self._on_receipt.pop(receipt, None)
-        if "status" in reply.headers:  # a failed receipt: refused, connection still open
-            raise refusal(reply)
-        return reply
+            self._receipts.forget(asked)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -215,20 +178,24 @@ class Wire:
                 self._on_frame(event)
 
     def _on_receipt_frame(self, frame: Frame) -> None:
-        receipt = frame.headers.get("receipt-id", "")
-        future = self._pending.get(receipt)
-        if future is None or future.done():
+        answer = self._receipts.answer(frame)
+        if answer is None:
             return
-        on_receipt = self._on_receipt.pop(receipt, None)
-        if on_receipt is not None and "status" not in frame.headers:
+        future, on_receipt = answer.waiter
+        if future.done():
+            return
+        if answer.error is not None:  # a failed receipt: refused, the connection stays open
+            future.set_exception(answer.error)
+            return
+        if on_receipt is not None:
             on_receipt(frame)
         future.set_result(frame)
 
     def _on_error(self, frame: Frame) -> None:
         error = refusal(frame)
-        future = self._pending.pop(frame.headers.get("receipt-id", ""), None)
-        if future is not None and not future.done():
-            future.set_exception(error)
+        answer = self._receipts.answer(frame)
+        if answer is not None and not answer.waiter[0].done():
+            answer.waiter[0].set_exception(error)
         # The broker closes the connection after an ERROR: everything else pending fails.
         self.lose(error)
 
@@ -259,11 +226,9 @@ class Wire:
         self.closed = True
         self.failure = exc
         lost = ConnectionClosedError(f"the connection was lost: {exc}")
-        for future in self._pending.values():
+        for future, _ in self._receipts.drain():
             if not future.done():
                 future.set_exception(lost)
-        self._pending.clear()
-        self._on_receipt.clear()
         self._writer.close()
         for task in self._tasks:
             if task is not asyncio.current_task():

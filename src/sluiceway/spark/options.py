@@ -150,7 +150,8 @@ def _group(reader: OptionReader, name: str) -> str | None:
 def connection_settings(
     reader: OptionReader, *, retry: RetryPolicy | None = None
 ) -> PipelineSettings:
-    """`host`, `port`, `login`, `passcode`, `timeoutSec`, `maxInflight`: how to reach the broker."""
+    """`host`, `port`, `username`, `password` (or their aliases `login`, `passcode`),
+    `timeoutSec`, `maxInflight`: how to reach the broker."""
     defaults = PipelineSettings()
     host = reader.text("host")
     timeout = reader.seconds("timeoutSec", defaults.timeout)
@@ -158,6 +159,8 @@ def connection_settings(
     return PipelineSettings(
         host=host.strip() if host and host.strip() else DEFAULT_HOST,
         port=reader.parsed("port", int_parser(1, 65535), DEFAULT_PORT),
+        username=reader.text("username"),
+        password=reader.text("password"),
         login=reader.text("login"),
         passcode=reader.text("passcode"),
         timeout=timeout,
