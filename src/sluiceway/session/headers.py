@@ -243,6 +243,29 @@ class SendRequest:
         self.transaction = transaction
         self.headers = headers
 
+    # Written out, as a named tuple had them (tests compare and print these); not per message.
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"SendRequest({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SendRequest):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            self.destination,
+            self.priority,
+            self.expires,
+            self.persistent,
+            self.transaction,
+            self.headers,
+        )
+
 
 def send_request(frame: Frame, max_header_count: int) -> SendRequest:
     allowed = max_header_count - BROKER_MESSAGE_HEADERS
