@@ -124,9 +124,9 @@ def compiled_extensions() -> list[Extension]:
     # Module names come from the paths: src/ has no __init__.py, so src/sluiceway/x.py is
     # sluiceway.x. The C sources go to build/ (not kept).
     paths = [f"src/{path}" for path in COMPILED]
-    # One group (one shared library): mypyc's whole-program optimisations need it (separate
-    # groups make every method call virtual and cost 4 % more instructions per message); one C
-    # file per module (multi_file), so that they compile in parallel.
+    # One group (one shared library): mypyc's whole-program optimisations need it (in separate
+    # groups every method call is virtual); one C file per module (multi_file), so that they
+    # compile in parallel.
     return list(mypycify(paths, opt_level="3", multi_file=True, group_name="sluiceway"))
 
 

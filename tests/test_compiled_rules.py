@@ -204,6 +204,20 @@ def c_keyword_attributes(path: Path, tree: ast.Module) -> Iterator[str]:
                 )
 
 
+def slots_read(path: Path, tree: ast.Module) -> Iterator[str]:
+    """`x.__slots__` read: a compiled class has no __slots__ attribute at run time."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr == "__slots__"
+            and isinstance(node.ctx, ast.Load)
+        ):
+            yield (
+                f"{where(path, node)}: `{ast.unparse(node)}`: a compiled class has no __slots__ "
+                "attribute (AttributeError once compiled): name the fields"
+            )
+
+
 def enum_members_of_python_modules(
     path: Path, tree: ast.Module, python_enums: frozenset[str], hot: frozenset[int]
 ) -> Iterator[str]:
@@ -296,6 +310,7 @@ def violations() -> list[str]:
         found += raise_from_a_cause(path, tree)
         found += memoryview_slice_effects(path, tree)
         found += c_keyword_attributes(path, tree)
+        found += slots_read(path, tree)
         lines = frozenset(hot.get(relative, ()))
         found += enum_members_of_python_modules(path, tree, python_enums, lines)
     for module, path in python_files().items():
@@ -434,6 +449,7 @@ def check(rule: str, source: str, **known: object) -> list[str]:
         "raise": lambda: raise_from_a_cause(path, tree),
         "memoryview": lambda: memoryview_slice_effects(path, tree),
         "keyword": lambda: c_keyword_attributes(path, tree),
+        "slots": lambda: slots_read(path, tree),
         "enum": lambda: enum_members_of_python_modules(
             path,
             tree,
@@ -497,6 +513,19 @@ class Syncer:
     assert [line.split(":")[1] for line in found] == ["2", "6"]
     assert "'_inline'" in found[0]
     assert "'_thread'" in found[1]
+
+
+def test_a_read_of_slots_is_found() -> None:
+    source = """
+class Value:
+    __slots__ = ("a", "b")
+
+    def __repr__(self) -> str:
+        return ", ".join(getattr(self, name) for name in self.__slots__)
+"""
+    found = check("slots", source)
+    assert len(found) == 1
+    assert found[0].startswith("snippet.py:6: `self.__slots__`")
 
 
 def test_an_enum_member_of_a_python_module_read_in_a_function_is_found() -> None:

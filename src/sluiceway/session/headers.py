@@ -245,7 +245,9 @@ class SendRequest:
 
     # Written out, as a named tuple had them (tests compare and print these); not per message.
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        names = ("destination", "priority", "expires", "persistent", "transaction", "headers")
+        values = zip(names, self._fields(), strict=True)
+        fields = ", ".join(f"{name}={value!r}" for name, value in values)
         return f"SendRequest({fields})"
 
     def __eq__(self, other: object) -> bool:
