@@ -15,7 +15,9 @@ import hashlib
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -23,45 +25,43 @@ from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError
 
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
-# What every message goes through: decoding, the session, flow control, dispatch, the journal,
-# encoding. Modules whose classes other code subclasses (core/store.py's MemoryStore) stay
-# Python: a compiled class cannot be subclassed by Python code, nor have its methods replaced.
-# So does naming.py: Spark pickles its frozen DestinationName, and a compiled frozen dataclass
-# cannot be unpickled.
-# Two things compile differently, and the compiled modules use neither: `raise ... from CAUSE`
-# drops the cause (set __cause__ instead), and a memoryview slice evaluates a bound twice (no
-# side effect in a slice bound). And generated code is not compiled: a dataclass's __init__ and
-# a named tuple's __new__ run as interpreted Python, as does a member lookup on an enum of a
-# module left out (`Kind.MEMBER` goes through EnumType.__getattr__). A class made per message
-# writes its __init__ out, and such members are read through module Final names.
+# The per-message path, and nothing more: what every SEND, MESSAGE and ACK runs (decoding, the
+# session, flow control and limits, dispatch, the journal's append, encoding), found by tracing
+# benchmarks/session_path.py, and what it reads attributes of per message; and the modules
+# that subclass one of its classes (Python classes cannot subclass compiled ones).
+# tests/test_compiled_rules.py reads this tuple (keep it a literal), checks that each module
+# exists, that whatever runs per message is listed, and the rules mypyc imposes on the source:
+# docs/compiled.md says what they are and what they cost.
 COMPILED = (
     "sluiceway/protocol/codec.py",
     "sluiceway/protocol/frames.py",
-    *sorted(
-        str(path.relative_to(SOURCES))
-        for path in (SOURCES / "sluiceway" / "core").rglob("*.py")
-        if path.name not in {"__init__.py", "store.py"}
-    ),
     "sluiceway/session/headers.py",
     "sluiceway/session/render.py",
     "sluiceway/session/session.py",
+    "sluiceway/core/broker.py",
+    "sluiceway/core/connection.py",
+    "sluiceway/core/containers/pending.py",
+    "sluiceway/core/containers/spilling.py",
+    "sluiceway/core/containers/seqlog.py",  # subclasses SpillingRun
+    "sluiceway/core/features/limits.py",
+    "sluiceway/core/features/producers.py",
+    "sluiceway/core/features/leased.py",  # subclasses SpillingRun and BrowserSubscription
+    "sluiceway/core/features/stages.py",  # subclasses SpillingRun
+    "sluiceway/core/model/context.py",  # read per message, as attributes (no calls to trace)
+    "sluiceway/core/model/destination.py",
+    "sluiceway/core/model/dispatch.py",
+    "sluiceway/core/model/durable.py",  # subclasses Subscription
+    "sluiceway/core/model/holding.py",
+    "sluiceway/core/model/registry.py",
+    "sluiceway/core/model/subscription.py",
+    "sluiceway/core/values/clock.py",
+    "sluiceway/core/values/flow.py",
+    "sluiceway/core/values/memory.py",
+    "sluiceway/core/values/message.py",
     "sluiceway/persist/journal.py",
-    "sluiceway/persist/recovering.py",
-    "sluiceway/persist/segment_set.py",
-    "sluiceway/persist/segments.py",
-    *(
-        f"sluiceway/persist/{name}.py"
-        for name in (
-            "journal_store",
-            "records",
-            "lease_records",
-            "stage_records",
-            "stage_journal",
-            "replay",
-            "liveness",
-            "restoring",
-        )
-    ),
+    "sluiceway/persist/journal_store.py",
+    "sluiceway/persist/liveness.py",
+    "sluiceway/persist/records.py",
 )
 MANIFEST = "compiled.json"
 BUILD_FAILURES = (CCompilerError, CompileError, ExecError, LinkError, PlatformError, OSError)
@@ -84,6 +84,22 @@ class CompileHotPath(build_ext):
     def finalize_options(self) -> None:
         self.distribution.ext_modules = compiled_extensions()
         super().finalize_options()
+
+    def build_extension(self, ext: Extension) -> None:
+        """Compile the extension's C files at once, one per CPU: the group's library has one
+        file per module and mypyc's runtime, which setuptools would compile one by one."""
+        compile_one = self.compiler.compile
+
+        def compile_all(sources: list[str], *args: Any, **kwargs: Any) -> list[str]:
+            with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+                done = pool.map(lambda source: compile_one([source], *args, **kwargs), sources)
+                return [obj for objects in done for obj in objects]
+
+        self.compiler.compile = compile_all
+        try:
+            super().build_extension(ext)
+        finally:
+            del self.compiler.compile
 
     def run(self) -> None:
         try:
@@ -108,7 +124,10 @@ def compiled_extensions() -> list[Extension]:
     # Module names come from the paths: src/ has no __init__.py, so src/sluiceway/x.py is
     # sluiceway.x. The C sources go to build/ (not kept).
     paths = [f"src/{path}" for path in COMPILED]
-    return list(mypycify(paths, opt_level="3", group_name="sluiceway"))
+    # One group (one shared library): mypyc's whole-program optimisations need it (in separate
+    # groups every method call is virtual); one C file per module (multi_file), so that they
+    # compile in parallel.
+    return list(mypycify(paths, opt_level="3", multi_file=True, group_name="sluiceway"))
 
 
 # A stand-in until build_ext runs, so that the build knows there are extensions to build.

@@ -56,6 +56,18 @@ class Sent:
         self.message = message
         self.held = held
 
+    # Written out, as a named tuple had them (tests compare and print these); not per message.
+    def __repr__(self) -> str:
+        return f"Sent(message={self.message!r}, held={self.held!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sent):
+            return NotImplemented
+        return (self.message, self.held) == (other.message, other.held)
+
+    def __hash__(self) -> int:
+        return hash((self.message, self.held))
+
 
 class CoreConnection:
     """One client connection as the broker core sees it."""

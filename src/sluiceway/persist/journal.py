@@ -526,7 +526,9 @@ class Journal:
         try:
             self.fsync(fd)
         except OSError as error:
-            raise self._fail(_fsync_failed(path, error), error) from error
+            failure = self._fail(_fsync_failed(path, error), error)
+            failure.__cause__ = error  # set, not `raise from`: compiled code ignores `from`
+            raise failure  # noqa: B904  (the cause is set on the line above)
 
     def _skip_damage(self, reader: SegmentFile, damage: Damage) -> None:
         """Damage in a segment read again: refused or skipped, as recovery does it."""

@@ -259,6 +259,31 @@ class SendRequest:
         self.transaction = transaction
         self.headers = headers
 
+    # Written out, as a named tuple had them (tests compare and print these); not per message.
+    def __repr__(self) -> str:
+        names = ("destination", "priority", "expires", "persistent", "transaction", "headers")
+        values = zip(names, self._fields(), strict=True)
+        fields = ", ".join(f"{name}={value!r}" for name, value in values)
+        return f"SendRequest({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SendRequest):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            self.destination,
+            self.priority,
+            self.expires,
+            self.persistent,
+            self.transaction,
+            self.headers,
+        )
+
 
 def send_request(frame: Frame, max_header_count: int) -> SendRequest:
     allowed = max_header_count - BROKER_MESSAGE_HEADERS

@@ -265,6 +265,25 @@ class Delivery:
         self.message = message
         self.delivery_count = delivery_count
 
+    # Written out, as a named tuple had them (tests compare and print these); not per message.
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(subscription={self.subscription.id!r}, message={self.message.id!r}, "
+            f"delivery_count={self.delivery_count})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Delivery):
+            return NotImplemented
+        return (self.subscription, self.message, self.delivery_count) == (
+            other.subscription,
+            other.message,
+            other.delivery_count,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.subscription, self.message, self.delivery_count))
+
 
 PACE_WEIGHT = 0.2  # of each new sample in a consumer's moving average of time per message
 
