@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -90,13 +91,25 @@ def descendants(pid: int) -> list[Process]:
     return found
 
 
+@contextlib.contextmanager
+def group_killed(process: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
+    """Kill the process group `process` leads (started with start_new_session=True) however
+    the block ends, then wait for `process`: a program that starts others (an example starting
+    a broker and Spark) leaves none of them behind."""
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def run_group(
     command: list[str], timeout: float, **options: Any
 ) -> subprocess.CompletedProcess[str]:
     """Run `command` (text output captured) in a process group of its own, bounded by
-    `timeout`; the whole group is killed however the run ends, so a program that starts
-    others (an example starting a broker and Spark) leaves none of them behind."""
-    process = subprocess.Popen(
+    `timeout`; the whole group is killed however the run ends."""
+    started = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -104,12 +117,8 @@ def run_group(
         start_new_session=True,
         **options,
     )
-    try:
+    with group_killed(started) as process:
         stdout, stderr = process.communicate(timeout=timeout)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 

@@ -13,6 +13,7 @@ safety net shown at work.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 import os
 import subprocess
@@ -37,9 +38,12 @@ DEFAULT_TIMEOUT: Final = float(
 )
 
 
-def sources() -> Iterator[tuple[Path, ast.Module]]:
-    for path in sorted(TESTS.rglob("*.py")):
-        yield path, ast.parse(path.read_text(), str(path))
+@functools.cache
+def sources() -> tuple[tuple[Path, ast.Module], ...]:
+    """Every module of the suite, parsed once for all the rules."""
+    return tuple(
+        (path, ast.parse(path.read_text(), str(path))) for path in sorted(TESTS.rglob("*.py"))
+    )
 
 
 def keyword(call: ast.Call, name: str) -> ast.expr | None:
@@ -182,8 +186,23 @@ def test_the_bounds_a_test_waits_with_add_up_to_less_than_its_pytest_timeout() -
     assert found == []
 
 
+def test_every_program_a_test_runs_to_its_end_has_a_bound() -> None:
+    # subprocess.run kills its program on any exception, the bound's included; a Popen is
+    # waited for by communicate(timeout=...).
+    found: list[str] = []
+    for path, tree in sources():
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            running = ast.unparse(node.func) == "subprocess.run" or node.func.attr == "communicate"
+            if running and keyword(node, "timeout") is None:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert found == []
+
+
 LEAKY: Final = """
     import os
+    import subprocess
     import time
     from pathlib import Path
 
@@ -191,23 +210,26 @@ LEAKY: Final = """
 
     from sluiceway.testing import BrokerProcess
 
-    def started(broker: BrokerProcess) -> None:
-        with Path(os.environ["BROKER_PIDS"]).open("a") as pids:
-            pids.write(f"{broker.process.pid}\\n")
+    class Recorded(subprocess.Popen):
+        # Writes down every process started, one whose start a timeout cut short included.
+        def __init__(self, *args, **options):
+            super().__init__(*args, **options)
+            with Path(os.environ["STARTED_PIDS"]).open("a") as pids:
+                pids.write(f"{self.pid}\\n")
 
-    def test_fails_with_a_broker_running() -> None:
-        with BrokerProcess() as broker:
-            started(broker)
+    subprocess.Popen = Recorded
+
+    def test_fails_with_a_broker_running():
+        with BrokerProcess():
             raise AssertionError("fails on purpose")
 
-    @pytest.mark.timeout(2)
-    def test_times_out_with_a_broker_running() -> None:
-        with BrokerProcess() as broker:
-            started(broker)
+    @pytest.mark.timeout(3)  # in the broker's start or in the sleep, as the load has it
+    def test_times_out_with_a_broker_running():
+        with BrokerProcess():
             time.sleep(30)
 
-    def test_forgets_a_broker() -> None:
-        started(BrokerProcess())
+    def test_forgets_a_broker():
+        BrokerProcess()
 """
 
 
@@ -215,8 +237,8 @@ LEAKY: Final = """
 def test_brokers_started_by_tests_are_gone_after_the_run(tmp_path: Path) -> None:
     (tmp_path / "test_leaky.py").write_text(textwrap.dedent(LEAKY))
     (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 60\n")
-    pids = tmp_path / "pids"
-    # The suite's conftest as a plugin: the run is a pytest run of this suite's own making.
+    pids = tmp_path / "started"
+    # The suite's conftest as a plugin: the run has the suite's safety net.
     result = run_group(
         [
             *(sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider"),
@@ -224,7 +246,7 @@ def test_brokers_started_by_tests_are_gone_after_the_run(tmp_path: Path) -> None
         ],
         timeout=120,
         cwd=ROOT,
-        env={**os.environ, "BROKER_PIDS": str(pids)},
+        env={**os.environ, "STARTED_PIDS": str(pids)},
     )
     output = result.stdout + result.stderr
     assert result.returncode == pytest.ExitCode.TESTS_FAILED, output

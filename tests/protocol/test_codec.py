@@ -457,7 +457,7 @@ def limit_error(
 ) -> FrameLimitExceeded:
     """Feed `chunks` one by one, draining after each, and return the limit error raised."""
     decoder = FrameDecoder(max_frame_size=size, max_header_count=count, max_header_length=length)
-    with pytest.raises(FrameLimitExceeded) as caught:  # noqa: PT012 - the raising chunk varies
+    with pytest.raises(FrameLimitExceeded) as caught:  # noqa: PT012  (the raising chunk varies)
         for chunk in chunks:
             decoder.receive_data(chunk)
             drain(decoder)

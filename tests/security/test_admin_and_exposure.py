@@ -30,7 +30,7 @@ def admin_get(port: int, path: str, user: str | None = None, password: str = "")
     url = f"http://127.0.0.1:{port}{path}"
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310  (a local http URL)
             return int(response.status)
     except urllib.error.HTTPError as exc:
         exc.close()
@@ -55,17 +55,17 @@ def test_admin_api_needs_an_administrator(secured: Secured) -> None:
 @pytest.mark.parametrize(
     ("properties", "refused"),
     [
-        pytest.param({"imq.hostname": "0.0.0.0"}, True, id="exposed"),  # noqa: S104
+        pytest.param({"imq.hostname": "0.0.0.0"}, True, id="exposed"),  # noqa: S104  (the exposure the check refuses)
         pytest.param({"imq.hostname": "127.0.0.1"}, False, id="loopback"),
         pytest.param({"imq.hostname": "localhost"}, False, id="localhost"),
         pytest.param({"imq.hostname": "::1"}, False, id="ipv6-loopback"),
         pytest.param(
-            {"imq.hostname": "0.0.0.0", "imq.authentication.insecure": "true"},  # noqa: S104
+            {"imq.hostname": "0.0.0.0", "imq.authentication.insecure": "true"},  # noqa: S104  (the exposure the check refuses)
             False,
             id="insecure",
         ),
         pytest.param(
-            {"imq.hostname": "0.0.0.0", "imq.authentication.enabled": "true"},  # noqa: S104
+            {"imq.hostname": "0.0.0.0", "imq.authentication.enabled": "true"},  # noqa: S104  (the exposure the check refuses)
             False,
             id="authenticated",
         ),
