@@ -33,9 +33,13 @@ from tests.processes import describe, run_group
 
 TESTS: Final = Path(__file__).resolve().parent
 ROOT: Final = TESTS.parent
-DEFAULT_TIMEOUT: Final = float(
-    tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["timeout"]
-)
+PYPROJECT: Final = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PYTEST_OPTIONS: Final = PYPROJECT["tool"]["pytest"]["ini_options"]
+DEFAULT_TIMEOUT: Final = float(PYTEST_OPTIONS["timeout"])
+
+
+def test_a_timeout_raises_in_the_test_so_its_clean_up_runs() -> None:
+    assert PYTEST_OPTIONS["timeout_method"] == "signal"
 
 
 @functools.cache
