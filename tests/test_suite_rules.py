@@ -240,7 +240,9 @@ LEAKY: Final = """
 @pytest.mark.timeout(150)
 def test_brokers_started_by_tests_are_gone_after_the_run(tmp_path: Path) -> None:
     (tmp_path / "test_leaky.py").write_text(textwrap.dedent(LEAKY))
-    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout = 60\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\ntimeout = 60\nasyncio_default_fixture_loop_scope = function\n"
+    )
     pids = tmp_path / "started"
     # The suite's conftest as a plugin: the run has the suite's safety net.
     result = run_group(
