@@ -145,17 +145,20 @@ def main() -> int:
     if args.port is None:
         broker = BrokerProcess("-D", "imq.admin.http.port=-1")
     port = args.port if broker is None else broker.port
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("sluiceway-orders-example")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    sluiceway.spark.register(spark)
+    spark: SparkSession | None = None
+    # The broker is stopped however the run ends, Spark failing to start (no Java) included:
+    # a child process left running would outlive the example.
     try:
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("sluiceway-orders-example")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        sluiceway.spark.register(spark)
         expected = produce(port, args.orders)
         print(f"sent {len(expected)} orders to {ORDERS_QUEUE}")
         with tempfile.TemporaryDirectory(prefix="orders-checkpoint-") as checkpoint:
@@ -163,7 +166,8 @@ def main() -> int:
         print(f"Spark published the enriched orders to {RESULTS_QUEUE}")
         problems = check(port, expected)
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
         if broker is not None:
             broker.stop()
     return 1 if problems else 0

@@ -5,16 +5,48 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from sluiceway.testing import BrokerThread
+from tests.processes import ProcessWatch
 
 BrokerFactory = Callable[..., BrokerThread]
 
 # Property tests are bounded by their example counts and the suite's timeouts, never by the time
-# one example takes: Hypothesis's default 200 ms deadline fails them on a loaded machine.
-settings.register_profile("sluiceway", deadline=None)
+# one example takes: Hypothesis's default 200 ms deadline fails them on a loaded machine, and so
+# does its too_slow health check (data generation timed against the clock). A test that sets
+# suppress_health_check itself replaces this list: tests/test_suite_rules.py checks it keeps
+# too_slow.
+settings.register_profile("sluiceway", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("sluiceway")
+
+PROCESSES = ProcessWatch()
+LEFT_RUNNING = pytest.StashKey[list[str]]()  # what the watch killed at the end, to report
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    PROCESSES.start()
+
+
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    PROCESSES.note(nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A process the run started and left running is killed, and fails the run."""
+    session.config.stash[LEFT_RUNNING] = left = PROCESSES.finish()
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    left = config.stash.get(LEFT_RUNNING, [])
+    if left:
+        terminalreporter.section("processes left running (now killed)", red=True)
+        for line in left:
+            terminalreporter.line(line, red=True)
 
 
 @pytest.fixture

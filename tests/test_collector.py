@@ -20,7 +20,9 @@ def test_tune_collector_freezes_what_is_alive_and_collects_the_youngest_less_oft
         "default = gc.get_threshold(); tune_collector(); "
         "print(gc.get_threshold()[0], gc.get_threshold()[1:] == default[1:], gc.get_freeze_count())"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=45
+    )
     young, others_kept, frozen = out.stdout.split()
     assert int(young) == GC_YOUNG_THRESHOLD
     assert others_kept == "True"

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import sluiceway
 import sluiceway.core.broker
 import sluiceway.protocol.codec
@@ -79,6 +81,7 @@ def test_asking_for_the_source_is_not_a_warning(tmp_path: Path) -> None:
     assert PURE_VARIABLE in build.reason
 
 
+@pytest.mark.timeout(210)  # its two runs are bounded at 60 s and 120 s
 def test_the_source_runs_the_broker_when_asked_for() -> None:
     # A process of its own: the choice is made once, at the first import. The session path
     # moves real messages through a broker and its journal.

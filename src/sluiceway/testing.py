@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -85,6 +84,7 @@ class BrokerThread:
         self._thread = threading.Thread(target=self._run, name="sluiceway-broker", daemon=True)
         self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stopping: asyncio.Event | None = None
+        self._abandoned = False  # start() gave up waiting: stop as soon as started
         self.broker: Broker | None = None
         self.services: Services | None = None
         self.server: StompServer | None = None  # the plain STOMP listener (None when off)
@@ -106,7 +106,14 @@ class BrokerThread:
 
     def start(self) -> None:
         self._thread.start()
-        self._started.result(timeout=START_TIMEOUT_S)
+        try:
+            self._started.result(timeout=START_TIMEOUT_S)
+        except BaseException:
+            # Too slow, or the test's own timeout interrupted the wait: the caller never
+            # stops a broker it was not given, so it stops itself once it has started.
+            self._abandoned = True
+            self.stop()
+            raise
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -128,6 +135,8 @@ class BrokerThread:
             self.host, self.port = addresses.get("stomp", (self.config.host, 0))
             self.admin_port = addresses["admin"][1] if "admin" in addresses else 0
             self._stopping = asyncio.Event()
+            if self._abandoned:
+                self._stopping.set()
         except BaseException as exc:
             if storage is not None:
                 storage.close()
@@ -195,6 +204,8 @@ class BrokerProcess:
             *admin,
             *args,
         ]
+        # In the caller's process group, not one of its own: killing the group of a program
+        # that started it (a test killing an example it runs) takes the broker along.
         self.process = subprocess.Popen(  # noqa: S603  (our own command, fixed arguments)
             command,
             stderr=subprocess.PIPE,
@@ -202,37 +213,42 @@ class BrokerProcess:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         self.lines: list[str] = []
-        self._reader: threading.Thread | None = None
         self.admin_port = 0  # from the ready line; 0 when the admin endpoint is off
         self.ready = ""  # what the ready line lists: "STOMP on 127.0.0.1:61613, admin on ..."
-        self.port = self._wait_ready(timeout)
+        self._ready_seen = threading.Event()  # set at the ready line, or when the log ends
+        # Reading from the start, on a thread of its own: the wait for the ready line is then
+        # bounded by `timeout` even when the broker logs nothing, and a full pipe never blocks
+        # the broker.
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+        try:
+            self.port = self._wait_ready(timeout)
+        except BaseException:
+            # However the start ends (no ready line, the test's own timeout interrupting the
+            # wait), the caller never gets the object to stop: stop the process here.
+            self.kill()
+            raise
 
     def _wait_ready(self, timeout: float) -> int:
-        assert self.process.stderr is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.process.stderr.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            match = _READY.search(line)
-            if match:
-                self.ready = match.group(1).strip()
-                admin = _READY_ADMIN.search(self.ready)
-                self.admin_port = int(admin.group(1)) if admin else 0
-                # Keep reading what it logs, so a full pipe never blocks the broker.
-                self._reader = threading.Thread(target=self._read_log, daemon=True)
-                self._reader.start()
-                stomp = _READY_STOMP.search(self.ready)
-                return int(stomp.group(1)) if stomp else 0
-        self.kill()
-        raise RuntimeError("the broker never logged its ready line:\n" + "".join(self.lines))
+        if not self._ready_seen.wait(timeout) or not self.ready:
+            raise RuntimeError(
+                f"the broker did not log its ready line within {timeout} s:\n" + self.log
+            )
+        admin = _READY_ADMIN.search(self.ready)
+        self.admin_port = int(admin.group(1)) if admin else 0
+        stomp = _READY_STOMP.search(self.ready)
+        return int(stomp.group(1)) if stomp else 0
 
     def _read_log(self) -> None:
         stderr = self.process.stderr
         assert stderr is not None
         for line in stderr:
             self.lines.append(line)
+            match = _READY.search(line) if not self.ready else None
+            if match:
+                self.ready = match.group(1).strip()
+                self._ready_seen.set()
+        self._ready_seen.set()
 
     @property
     def log(self) -> str:
@@ -240,20 +256,22 @@ class BrokerProcess:
         return "".join(self.lines)
 
     def stop(self, timeout: float = 20.0) -> tuple[int, str]:
-        """SIGTERM, then wait: (exit status, everything it logged)."""
+        """SIGTERM, then wait: (exit status, everything it logged). A broker that does not
+        exit within `timeout` is killed before the wait's TimeoutExpired is raised."""
         self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=timeout)
+        try:
+            self.process.wait(timeout=timeout)
+        except BaseException:
+            self.kill()
+            raise
         self._finish_reading()
         self._cleanup()
         return self.process.returncode, self.log
 
     def _finish_reading(self) -> None:
         stderr = self.process.stderr
-        if self._reader is not None:
-            self._reader.join(timeout=5)
-        elif stderr is not None and not stderr.closed:
-            self.lines.append(stderr.read())
-        if stderr is not None and (self._reader is None or not self._reader.is_alive()):
+        self._reader.join(timeout=5)
+        if stderr is not None and not self._reader.is_alive():
             stderr.close()
 
     def kill(self) -> None:

@@ -25,9 +25,9 @@ class AdminHttp:
         if self.auth is not None:
             headers["Authorization"] = self.auth
         url = self.base + path  # always http://127.0.0.1:<port>/...
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310  (http to 127.0.0.1)
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310  (a local http URL)
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310  (the URL built above)
+            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310  (a local http URL)
                 return response.status, response.read(), dict(response.headers)
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read(), dict(exc.headers)

@@ -26,7 +26,7 @@ def analyze(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         [sys.executable, "-m", "sluiceway", "analyze", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=45,  # below the test's 60 s, with room to report what it printed
         check=False,
         env=env,
     )

@@ -14,6 +14,7 @@ import pytest
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "session_path.py"
 
 
+@pytest.mark.timeout(150)  # the run's own bound, 120 s, and room to report its failure
 @pytest.mark.parametrize("scenario", ["queue", "persistent", "topic"])
 def test_each_scenario_reports_its_cost_per_message(scenario: str) -> None:
     done = subprocess.run(
@@ -28,6 +29,7 @@ def test_each_scenario_reports_its_cost_per_message(scenario: str) -> None:
     assert "microseconds of CPU per message (median of 5 rounds of 400;" in done.stdout
 
 
+@pytest.mark.timeout(150)
 def test_a_single_pass_runs_quietly() -> None:
     """What --instructions has valgrind count: a warm-up and one pass, nothing printed."""
     done = subprocess.run(
@@ -43,6 +45,7 @@ def test_a_single_pass_runs_quietly() -> None:
 @pytest.mark.skipif(
     shutil.which("valgrind") is None, reason="needs valgrind (apt-get install valgrind)"
 )
+@pytest.mark.timeout(660)  # valgrind's run is bounded at 600 s
 def test_instructions_are_counted_per_message() -> None:
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--instructions", "--scenario", "queue", "--messages", "200"],

@@ -65,6 +65,32 @@ def run_cmd(
     return Result(completed.returncode, completed.stdout, completed.stderr)
 
 
+def run_on_terminal(args: list[str], answer: str) -> tuple[int, str, str]:
+    """`python -m sluiceway cmd ARGS` with a pseudo-terminal as its standard input, on which
+    `answer` is typed: (exit status, stdout, stderr). The command is killed if it outlives
+    its bound, or the test's own timeout interrupts the wait."""
+    main, secondary = os.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sluiceway", "cmd", *args],
+            stdin=secondary,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        os.close(secondary)
+        os.write(main, answer.encode() + b"\n")
+        try:
+            out, err = process.communicate(timeout=COMMAND_TIMEOUT)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate(timeout=5)  # killed: its pipes close at once
+    finally:
+        os.close(main)
+    return process.returncode, out, err
+
+
 def api(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     """(HTTP status, JSON) of one admin API request, without credentials."""
     data = json.dumps(body if body is not None else {}).encode() if method != "GET" else None

@@ -3,15 +3,12 @@ and the broker's state checked through the admin API and with a STOMP client."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from sluiceway.testing import BrokerProcess
-from tests.cli.support import api, get, pairs, run_cmd, table_rows, wait_until
+from tests.cli.support import api, get, pairs, run_cmd, run_on_terminal, table_rows, wait_until
 from tests.e2e.rawclient import RawClient
 
 
@@ -166,38 +163,17 @@ def test_purge_and_destroy_ask_first_and_refuse_without_a_terminal(
     assert summary(broker, "queue", "kept")["msgs"] == 2
 
 
-def _answer_on_terminal(args: list[str], answer: str) -> tuple[int, str, str]:
-    """Run `sluiceway cmd ARGS` with a pseudo-terminal as stdin and type `answer`."""
-    main, secondary = os.openpty()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "sluiceway", "cmd", *args],
-            stdin=secondary,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        os.close(secondary)
-        os.write(main, answer.encode() + b"\n")
-        out, err = process.communicate(timeout=30)
-    finally:
-        os.close(main)
-    return process.returncode, out, err
-
-
 def test_confirmation_on_a_terminal(broker: BrokerProcess, client: RawClient) -> None:
     port = broker.admin_port
     send(client, "/queue/asked", 2)
     where = ["-b", f"127.0.0.1:{port}"]
-    status, out, err = _answer_on_terminal(
-        ["destroy", "dst", "-t", "q", "-n", "asked", *where], "n"
-    )
+    status, out, err = run_on_terminal(["destroy", "dst", "-t", "q", "-n", "asked", *where], "n")
     assert status == 0
     assert "Destroy queue asked and the 2 messages it holds? [y/N]" in err
     assert out == "Not destroyed: queue asked.\n"
     assert summary(broker, "queue", "asked")["msgs"] == 2
 
-    status, out, err = _answer_on_terminal(["purge", "dst", "-t", "q", "-n", "asked", *where], "y")
+    status, out, err = run_on_terminal(["purge", "dst", "-t", "q", "-n", "asked", *where], "y")
     assert status == 0, err
     assert out == "Purged queue asked: 2 messages removed.\n"
 

@@ -295,7 +295,7 @@ def test_the_documented_example_runs(broker: BrokerThread) -> None:
     (block,) = [b for b in blocks if "sluiceway.client.pipeline" in b]
     code = block.replace("port=61613", f"port={broker.port}")
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=45, check=False
     )
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 100

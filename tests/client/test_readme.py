@@ -25,7 +25,7 @@ def test_the_readme_has_both_client_examples() -> None:
 def test_readme_example_runs(block: str, broker: BrokerThread) -> None:
     code = block.replace("stomp://127.0.0.1:61613", f"stomp://127.0.0.1:{broker.port}")
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=45, check=False
     )
     assert result.returncode == 0, result.stderr
     assert "received" in result.stdout

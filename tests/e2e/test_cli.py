@@ -82,7 +82,7 @@ def test_config_file_is_applied(tmp_path: Path) -> None:
 
 def test_help_and_property_list() -> None:
     result = subprocess.run(
-        sluiceway("broker", "--help"), capture_output=True, text=True, timeout=30, check=True
+        sluiceway("broker", "--help"), capture_output=True, text=True, timeout=25, check=True
     )
     assert "--config" in result.stdout
     assert "-D NAME=VALUE" in result.stdout
@@ -90,7 +90,7 @@ def test_help_and_property_list() -> None:
         sluiceway("broker", "--list-properties"),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=25,  # the two runs' bounds add up to less than the test's 60 s
         check=True,
     )
     assert "`imq.protocol.tcp.nodelay`" in listing.stdout

@@ -117,7 +117,7 @@ def tmpfs() -> Iterator[Tmpfs]:
         pytest.skip("mounting a tmpfs needs the mount and umount commands, not on PATH")
     mount_point = Path(tempfile.mkdtemp(prefix="sluiceway-small-disk-"))
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={MOUNT_SIZE},mode=0700", "tmpfs", str(mount_point)],  # noqa: S607
+        ["mount", "-t", "tmpfs", "-o", f"size={MOUNT_SIZE},mode=0700", "tmpfs", str(mount_point)],  # noqa: S607  (the system mount tools, from PATH)
         capture_output=True,
         text=True,
         timeout=30,
@@ -129,9 +129,9 @@ def tmpfs() -> Iterator[Tmpfs]:
     try:
         yield Tmpfs(mount_point)
     finally:  # (after the brokers fixture has killed every broker still running on it)
-        unmounted = subprocess.run(["umount", str(mount_point)], timeout=30, check=False)  # noqa: S607
+        unmounted = subprocess.run(["umount", str(mount_point)], timeout=30, check=False)  # noqa: S607  (the system mount tools, from PATH)
         if unmounted.returncode != 0:  # still busy: detach it now, it goes once unused
-            subprocess.run(["umount", "-l", str(mount_point)], timeout=30, check=True)  # noqa: S607
+            subprocess.run(["umount", "-l", str(mount_point)], timeout=30, check=True)  # noqa: S607  (the system mount tools, from PATH)
         mount_point.rmdir()
 
 

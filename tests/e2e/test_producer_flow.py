@@ -31,8 +31,6 @@ from tests.e2e.rawclient import RawClient
 from tests.e2e.stomppy import Recorder, connect, subscribe, sync, with_receipt
 from tests.e2e.support import connection_infos, wait_connection_count, wait_until
 
-pytestmark = pytest.mark.timeout(20)
-
 Q = "/queue/q"
 QUIET = 0.2  # seconds a bounded "nothing arrives" check waits
 

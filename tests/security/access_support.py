@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import functools
 import os
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +13,7 @@ from typing import Final
 
 from sluiceway.security.users import UserFile
 from tests.admin.adminhttp import AdminHttp
-from tests.cli.support import COMMAND_TIMEOUT, Result, run_cmd
+from tests.cli.support import Result, run_cmd, run_on_terminal
 from tests.e2e.rawclient import RawClient
 from tests.e2e.support import wait_until
 from tests.security.conftest import RULES, USERS, Secured
@@ -125,26 +123,7 @@ def cmd_on_terminal(secured: Secured, answer: str, *args: str) -> tuple[int, str
     passfile = secured.directory / "root.pass"
     passfile.write_text(USERS["root"][0] + "\n")
     where = ["-b", f"127.0.0.1:{secured.broker.admin_port}", "-u", "root", "-passfile"]
-    main, secondary = os.openpty()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "sluiceway", "cmd", *args, *where, str(passfile)],
-            stdin=secondary,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        os.close(secondary)
-        os.write(main, answer.encode() + b"\n")
-        try:
-            out, err = process.communicate(timeout=COMMAND_TIMEOUT)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-    finally:
-        os.close(main)
-    return process.returncode, out, err
+    return run_on_terminal([*args, *where, str(passfile)], answer)
 
 
 def connection_id(secured: Secured, user: str) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -18,6 +17,7 @@ import pytest
 
 from sluiceway.client.pipeline import PipelineConnection
 from sluiceway.testing import BrokerThread
+from tests.processes import group_killed
 from tests.spark.conftest import java_problem, publish, settings, spark_environment, wait_for
 from tests.spark.crash_job import BATCH, QUERIES
 
@@ -77,8 +77,7 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicates
     for destination in QUERIES.values():
         publish(broker, destination, 0, MESSAGES)
 
-    running = job(broker, tmp_path, "stream", job_env)
-    try:
+    with group_killed(job(broker, tmp_path, "stream", job_env)) as running:
         wait_for(
             lambda: (
                 running.poll() is not None
@@ -88,18 +87,11 @@ def test_a_killed_driver_restarts_from_its_checkpoint_without_loss_or_duplicates
             RUN_WAIT,
         )
         assert running.poll() is None, failure(tmp_path / "stream.log")
-    finally:
-        os.killpg(running.pid, signal.SIGKILL)
-        running.wait()
     for name in QUERIES:
         assert committed_batches(tmp_path, name) < BATCHES, f"{name} ended before the kill"
 
-    restarted = job(broker, tmp_path, "drain", job_env)
-    try:
+    with group_killed(job(broker, tmp_path, "drain", job_env)) as restarted:
         assert restarted.wait(RUN_WAIT) == 0, failure(tmp_path / "drain.log")
-    finally:
-        if restarted.poll() is None:
-            os.killpg(restarted.pid, signal.SIGKILL)
     expected = Counter(f"m{i}" for i in range(MESSAGES))
     for name in QUERIES:
         result = json.loads((tmp_path / name / "result.json").read_text())

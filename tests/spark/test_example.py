@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.processes import run_group
 from tests.spark.conftest import java_problem, spark_environment
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "orders_pipeline.py"
@@ -24,21 +22,11 @@ def test_the_orders_example_runs_end_to_end() -> None:
         pytest.skip(problem)
     # Its own process group, killed whole however the test ends: the example starts a broker
     # and Spark's JVM, which a kill of the example alone would leave running.
-    process = subprocess.Popen(
+    result = run_group(
         [sys.executable, str(EXAMPLE), "--orders", "1500"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        timeout=300,
         env={**os.environ, **spark_environment()},
-        start_new_session=True,
     )
-    try:
-        stdout, stderr = process.communicate(timeout=300)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "sent 1500 orders to /queue/orders" in result.stdout
     assert "1500 enriched orders received: 0 missing, 0 duplicated, 0 with a wrong total" in (
