@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Final
 from sluiceway.config import DestinationSettings
 from sluiceway.core.containers.pending import PackedChunk
 from sluiceway.core.containers.seqlog import SeqLog
-from sluiceway.core.features.limits import Fullness
 from sluiceway.core.model import dispatch
 from sluiceway.core.model.context import Context
+from sluiceway.core.values.fullness import Fullness
 from sluiceway.core.values.message import Message
 from sluiceway.errors import Conflict
 from sluiceway.naming import DestinationName
@@ -185,7 +185,7 @@ class Destination:
         self.held_count -= 1
         self.held_bytes -= len(message.body)
         self.context.system.remove(len(message.body))
-        self.context.hooks.room(self)
+        self.context.room.raised = True
 
     def fullness(self) -> Fullness:
         """Messages and bytes measured against maxNumMsgs / maxTotalMsgBytes."""
@@ -243,7 +243,7 @@ class Destination:
         """The message will never be delivered: to the dead message queue when useDMQ."""
         self.stats.dead += 1
         if self.settings.use_dmq and not self.is_dmq:
-            self.context.hooks.dead(self, message, reason, comment)
+            self.context.dead_end.dead(self.name, message, reason, comment)
 
 
 class Queue(Destination):
