@@ -30,6 +30,7 @@ from sluiceway.core.model.subscription import (
     BrowserSubscription,
     Delivery,
     MessageFilter,
+    Outlet,
     QueueSubscription,
     Subscription,
     TopicBrowserSubscription,
@@ -91,7 +92,7 @@ class Sent:
         self.held = held
 
 
-class CoreConnection:
+class CoreConnection(Outlet):
     """One client connection as the broker core sees it."""
 
     def __init__(

@@ -162,8 +162,8 @@ class Cursors:
 
     def topic_destroyed(self, topic: Topic) -> None:
         """An administrator destroyed `topic`: its cursors go with it."""
-        for cursor in list(topic.cursors.values()):
-            self._remove(cursor)
+        for group in list(topic.cursors):
+            self._remove(self._cursors[topic.name, group])
 
     def restore(self, positions: dict[tuple[str, str], int], limit: int) -> None:
         """After a restart: the cursors the journal held (their topics' logs are recovered

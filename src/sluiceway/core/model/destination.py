@@ -8,7 +8,7 @@ sent; a topic with no subscriber discards the message (and counts it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from sluiceway.config import DestinationSettings
 from sluiceway.core.containers.pending import PackedChunk
@@ -25,9 +25,17 @@ from sluiceway.naming import DestinationName
 SEQ_BLOCK: Final = 1000
 
 if TYPE_CHECKING:
-    from sluiceway.core.features.cursors import Cursor
     from sluiceway.core.model.durable import DurableState
     from sluiceway.core.model.subscription import QueueSubscription, TopicSubscription
+
+
+class CursorMark(Protocol):
+    """What a topic needs of a cursor on it (core.cursors)."""
+
+    @property
+    def position(self) -> int:
+        """The first sequence number the cursor still needs: the log keeps it and what follows."""
+        ...
 
 
 class DestinationStats:
@@ -446,7 +454,7 @@ class Topic(Destination):
         super().__init__(name, settings, context)
         self.subscribers: list[TopicSubscription] = []
         self.durables: dict[tuple[str, str], DurableState] = {}
-        self.cursors: dict[str, Cursor] = {}  # by group name
+        self.cursors: dict[str, CursorMark] = {}  # by group name
         self.log = SeqLog(context.ledger, context.spill)
         # Sequence numbers of logged messages that open transactions acknowledged or refused,
         # and by how many: the log keeps them until each transaction ends.

@@ -12,11 +12,12 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Final, Protocol
 
 from sluiceway.config import DispatchPolicy
 from sluiceway.core.containers.pending import PRIORITY_LEVELS
 from sluiceway.core.model.destination import Destination, Queue, Topic
+from sluiceway.core.values.clock import Clock
 from sluiceway.core.values.flow import (
     UNLIMITED_STAGING,
     ConsumerFlow,
@@ -24,9 +25,6 @@ from sluiceway.core.values.flow import (
     destination_window,
 )
 from sluiceway.core.values.message import Message
-
-if TYPE_CHECKING:
-    from sluiceway.core.connection import CoreConnection
 
 # Read on every message: a Final name is a C static when compiled (setup.py says why).
 _FAIR: Final = DispatchPolicy.FAIR
@@ -46,6 +44,34 @@ class MessageFilter(Protocol):
     text: str
 
     def matches(self, message: Message) -> bool: ...
+
+
+class Outlet:
+    """The client connection a subscription's messages go out through (core.connection), as the
+    subscription sees it: the connection's flow limit and write readiness, and its turn-taking
+    among its subscriptions.
+
+    A base class for the connection rather than a Protocol: a subscription calls these for every
+    message it is given, and the compiled build calls a base class's methods directly."""
+
+    number: int  # unique within the broker
+    clock: Clock
+
+    def can_stage(self) -> bool:
+        """Whether any subscription of this connection may be given a message now."""
+        raise NotImplementedError
+
+    def staged_one(self, subscription: Subscription) -> None:
+        """`subscription` was given one more message."""
+        raise NotImplementedError
+
+    def mark_busy(self, subscription: Subscription) -> None:
+        """`subscription` has staged messages now (it had none)."""
+        raise NotImplementedError
+
+    def released(self, count: int) -> None:
+        """`count` messages left this connection's subscriptions (consumed or given back)."""
+        raise NotImplementedError
 
 
 class Subscription:
@@ -72,7 +98,7 @@ class Subscription:
         *,
         sub_id: str,
         number: int,
-        connection: CoreConnection,
+        connection: Outlet,
         destination: Destination,
         ack_mode: AckMode,
         flow: ConsumerFlow,
