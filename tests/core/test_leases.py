@@ -12,7 +12,7 @@ from sluiceway.core.broker import Broker
 from sluiceway.core.containers.pending import CHUNK_MESSAGES
 from sluiceway.core.features.dead_letters import DMQ_NAME
 from sluiceway.core.features.leases import LeasedMessages, LeaseRead
-from sluiceway.core.model.destination import Queue
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.store import MemoryStore
 from sluiceway.core.model.subscription import AckMode, Delivery
 from sluiceway.core.values.memory import MemoryLedger, message_cost

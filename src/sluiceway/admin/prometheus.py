@@ -25,8 +25,8 @@ from prometheus_client.registry import Collector
 from sluiceway import __version__
 from sluiceway.admin import model
 from sluiceway.core.features.disk import DiskLevel, DiskStatus
-from sluiceway.core.model.destination import Topic
 from sluiceway.core.model.holding import HOLD_BUCKETS
+from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.memory import MemoryLevel
 
 if TYPE_CHECKING:

@@ -40,11 +40,12 @@ from sluiceway.core.features.leases import Leases
 from sluiceway.core.features.producers import ProducerControl
 from sluiceway.core.features.stages import StageArea
 from sluiceway.core.model.context import Context
-from sluiceway.core.model.destination import Destination, Queue, Topic
-from sluiceway.core.model.durable import DurableState
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.model.store import MemoryStore, MessageStore
 from sluiceway.core.model.subscription import MessageFilter
+from sluiceway.core.model.topic import DurableState, Topic
 from sluiceway.core.values.clock import Clock, SystemClock
 from sluiceway.core.values.connection_counts import ConnectionCounts
 from sluiceway.core.values.counts import CountRefusals

@@ -20,22 +20,14 @@ from sluiceway.core.features.limits import check_size
 from sluiceway.core.features.producers import ProducerControl
 from sluiceway.core.features.stages import StageArea, StagedSend
 from sluiceway.core.features.transaction import OpenTransactions
-from sluiceway.core.model.destination import Destination, Queue, Topic
-from sluiceway.core.model.durable import DurableState, DurableSubscription
+from sluiceway.core.model.browsing import BrowserSubscription, TopicBrowserSubscription
+from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.holding import HeldQueue, HeldSend
+from sluiceway.core.model.queue import Queue, QueueSubscription
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.model.store import MessageStore
-from sluiceway.core.model.subscription import (
-    AckMode,
-    BrowserSubscription,
-    Delivery,
-    MessageFilter,
-    Outlet,
-    QueueSubscription,
-    Subscription,
-    TopicBrowserSubscription,
-    TopicSubscription,
-)
+from sluiceway.core.model.subscription import AckMode, Delivery, MessageFilter, Outlet, Subscription
+from sluiceway.core.model.topic import DurableState, DurableSubscription, Topic, TopicSubscription
 from sluiceway.core.values.clock import Clock
 from sluiceway.core.values.counts import CountRefusals
 from sluiceway.core.values.flow import ConnectionFlow, ConsumerFlow

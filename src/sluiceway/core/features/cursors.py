@@ -21,9 +21,10 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sluiceway.core.model.destination import Destination, Topic
+from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.model.store import MessageStore
+from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.counts import CountLimit, CountRefusals
 from sluiceway.errors import BadRequest, NotFound
 from sluiceway.naming import DestinationKind, DestinationName

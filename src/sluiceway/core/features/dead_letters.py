@@ -24,7 +24,7 @@ from typing import Final
 from sluiceway.config import DestinationSettings, LimitBehavior
 from sluiceway.core.features.limits import Verdict, destination_verdict, make_room
 from sluiceway.core.model.context import Context
-from sluiceway.core.model.destination import Queue
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
 from sluiceway.core.values.message_ids import MessageIds

@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from sluiceway.core.containers.spilling import SpillingRun
-from sluiceway.core.model.destination import Destination, Queue
+from sluiceway.core.model.browsing import BrowserSubscription
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.registry import DestinationRegistry
-from sluiceway.core.model.subscription import BrowserSubscription
 from sluiceway.core.values.clock import Clock
 from sluiceway.core.values.counts import CountLimit, CountRefusals
 from sluiceway.core.values.flow import destination_window

@@ -6,7 +6,9 @@ from collections.abc import Iterator
 
 from sluiceway.config import DestinationSettings
 from sluiceway.core.model.context import Context
-from sluiceway.core.model.destination import Destination, Queue, Topic
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.queue import Queue
+from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.errors import Forbidden, NotFound
 from sluiceway.naming import DestinationKind, DestinationName
