@@ -15,7 +15,8 @@ Configuration reaches every component one way: the broker holds its configuratio
 component copies a setting. `update_properties` (`update bkr`) replaces `current` there, and so
 reaches all of them at once. The memory ledger and the disk guard are measurements rather than
 components: they are given thresholds computed from the configuration, and the broker gives them
-new ones in `update_properties`.
+new ones in `update_properties`. The connection counts are given their limits once, as those
+cannot change while the broker runs.
 """
 
 from __future__ import annotations

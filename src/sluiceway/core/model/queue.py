@@ -221,7 +221,7 @@ class Queue(Destination):
         return len(removed)
 
     def dispatch(self) -> None:
-        """Stage pending messages to ready consumers (see `core.dispatch`)."""
+        """Stage pending messages to ready consumers (see `dispatch_pending` below)."""
         if not self.paused_consumers:
             dispatch_pending(self)
 
@@ -238,8 +238,9 @@ class QueueSubscription(Subscription):
         assert isinstance(self.destination, Queue)
         self.queue = self.destination
         self.backup = False  # beyond maxNumActiveConsumers: receives nothing until promoted
-        # Under the `fair` policy (core.dispatch): seconds per message this consumer takes, a
-        # moving average measured while it has messages outstanding; None until measured.
+        # Under the `fair` policy (the module docstring): seconds per message this consumer
+        # takes, a moving average measured while it has messages outstanding; None until
+        # measured.
         self.pace: float | None = None
         self.busy_since: float | None = None  # monotonic time of its last consumption or start
 
@@ -263,7 +264,7 @@ class QueueSubscription(Subscription):
             and self.queue.settings.dispatch_policy is _FAIR
         ):
             # The policy may have held messages back from this consumer before its window was
-            # used up (core.dispatch): each consumption makes room for more.
+            # used up (dispatch, below): each consumption makes room for more.
             self.refill()
 
     def stage(self, message: Message) -> None:

@@ -36,7 +36,7 @@ class Topic(Destination):
     """Publish/subscribe: each message to every subscriber present when it was sent.
 
     A topic with durable subscriptions also retains, in its log, every message one of them
-    accepts, until all of them have moved past it (see core.durable); a topic with cursors
+    accepts, until all of them have moved past it (see DurableState); a topic with cursors
     (core.cursors), every message at or after the position of one of them. Its message limits
     apply to each subscription's backlog and to the log: the fullest decides.
     """
