@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluiceway.client import Connection
-from sluiceway.core.model.destination import Queue
+from sluiceway.core.model.queue import Queue
 from sluiceway.naming import parse_destination
 from sluiceway.protocol.frames import Frame
 from sluiceway.testing import BrokerThread

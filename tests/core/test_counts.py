@@ -15,8 +15,9 @@ from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.core.features.cursors import CursorRead
 from sluiceway.core.features.leases import LeaseRead
-from sluiceway.core.model.destination import Queue, Topic
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.counts import CountLimit
 from sluiceway.errors import ResourceFull
 from sluiceway.naming import parse_destination

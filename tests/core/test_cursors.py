@@ -8,8 +8,8 @@ import pytest
 
 from sluiceway.core.broker import Broker
 from sluiceway.core.features.cursors import CursorRead, CursorStart
-from sluiceway.core.model.destination import Topic
 from sluiceway.core.model.subscription import AckMode, Delivery
+from sluiceway.core.model.topic import Topic
 from sluiceway.errors import BadRequest, NotFound, ResourceFull
 from sluiceway.naming import parse_destination
 from tests.core.helpers import Client, bodies

@@ -8,7 +8,7 @@ import pytest
 
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
-from sluiceway.core.model.destination import Queue
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.store import MemoryStore
 from sluiceway.core.model.subscription import AckMode
 from sluiceway.core.values.selector import compile_selector

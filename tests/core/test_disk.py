@@ -19,7 +19,7 @@ import pytest
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
 from sluiceway.core.features.disk import DiskGuard, DiskLevel, DiskPressure
-from sluiceway.core.model.destination import Queue
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.subscription import AckMode
 from sluiceway.errors import InternalError, ResourceFull
 from sluiceway.naming import parse_destination

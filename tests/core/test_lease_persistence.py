@@ -10,8 +10,9 @@ from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
 from sluiceway.core.features.cursors import CursorRead, CursorStart
 from sluiceway.core.features.leases import LeaseRead
-from sluiceway.core.model.destination import Queue, Topic
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.subscription import AckMode, Delivery
+from sluiceway.core.model.topic import Topic
 from sluiceway.naming import parse_destination
 from sluiceway.persist.journal import Journal, SyncPolicy
 from sluiceway.persist.journal_store import JournalStore

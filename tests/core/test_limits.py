@@ -9,7 +9,7 @@ import pytest
 from sluiceway.config import LimitBehavior
 from sluiceway.core.broker import Broker
 from sluiceway.core.features.dead_letters import DMQ_NAME
-from sluiceway.core.model.destination import Queue
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.subscription import AckMode
 from sluiceway.errors import BadRequest, Conflict, EntityTooLarge, Forbidden, ResourceFull
 from sluiceway.naming import parse_destination

@@ -14,8 +14,9 @@ import pytest
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
 from sluiceway.core.features.stages import StageState
-from sluiceway.core.model.destination import Queue, Topic
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.model.topic import Topic
 from sluiceway.naming import parse_destination
 from sluiceway.persist.journal import Journal, SyncPolicy
 from sluiceway.persist.journal_store import JournalStore

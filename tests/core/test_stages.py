@@ -15,8 +15,10 @@ import pytest
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
 from sluiceway.core.features.stages import StagedMessages, StagedSend, StageState
-from sluiceway.core.model.destination import Destination, Queue, Topic
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.memory import MESSAGE_OVERHEAD, MemoryLedger
 from sluiceway.core.values.message import Message
 from sluiceway.errors import BrokerError, Conflict, Forbidden, ResourceFull

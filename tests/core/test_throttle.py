@@ -15,8 +15,9 @@ import pytest
 
 from sluiceway.config import build_config
 from sluiceway.core.broker import Broker
-from sluiceway.core.model.destination import Queue, Topic
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.subscription import AckMode
+from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.message import Message
 from sluiceway.core.values.throttle import Throttle
 from sluiceway.naming import parse_destination

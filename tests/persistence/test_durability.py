@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sluiceway.client import ConnectionFactory
-from sluiceway.core.model.destination import Topic
+from sluiceway.core.model.topic import Topic
 from sluiceway.naming import DestinationKind, DestinationName
 from sluiceway.persist.journal_store import JournalStore
 from sluiceway.testing import BrokerProcess, BrokerThread

@@ -20,7 +20,8 @@ from sluiceway.admin.model import subscriptions_of
 from sluiceway.admin.statistics import TRAFFIC
 from sluiceway.config import BROKER_PROPERTIES
 from sluiceway.core.broker import Broker
-from sluiceway.core.model.destination import Destination, DestinationStats, Topic
+from sluiceway.core.model.destination import Destination, DestinationStats
+from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.counts import CountLimit
 from sluiceway.naming import DestinationName
 

@@ -18,9 +18,10 @@ from sluiceway.config import BROKER_PROPERTIES, DESTINATION_PROPERTIES
 from sluiceway.config.properties import format_default
 from sluiceway.core.broker import Broker
 from sluiceway.core.features.dead_letters import DMQ_NAME
-from sluiceway.core.model.destination import Destination, Queue, Topic
-from sluiceway.core.model.durable import DurableSubscription
-from sluiceway.core.model.subscription import QueueSubscription, Subscription
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.queue import Queue, QueueSubscription
+from sluiceway.core.model.subscription import Subscription
+from sluiceway.core.model.topic import DurableSubscription, Topic
 from sluiceway.core.values.memory import MemoryLevel
 from sluiceway.naming import DestinationKind
 

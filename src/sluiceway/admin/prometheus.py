@@ -26,8 +26,8 @@ from sluiceway import __version__
 from sluiceway.admin import model
 from sluiceway.admin.statistics import DESTINATION_STATISTICS
 from sluiceway.core.features.disk import DiskLevel, DiskStatus
-from sluiceway.core.model.destination import Topic
 from sluiceway.core.model.holding import HOLD_BUCKETS
+from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.memory import MemoryLevel
 
 if TYPE_CHECKING:

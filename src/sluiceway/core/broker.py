@@ -3,13 +3,26 @@
 No I/O and no awaiting happen here: the server layer feeds client commands in and writes what
 `CoreConnection.take` hands out. `tick()` does the periodic work (expiry sweeps, reclaiming what
 stalled connections hold) and is called by the server on a timer, or by a test at will.
+
+`Broker` is the front: it builds the core's components in order, each given the collaborators it
+uses, and keeps the methods the server and the administration tools call. The layers below it
+(core.values, core.containers, core.model, core.features, core.connection) import only
+downwards; where a lower part must reach a higher one it declares what it needs (a Protocol, a
+signal, a callback) and the broker passes the higher object in.
+
+Configuration reaches every component one way: the broker holds its configuration in one
+`LiveConfig` that every component is given and reads (`current`) when it needs a setting; no
+component copies a setting. `update_properties` (`update bkr`) replaces `current` there, and so
+reaches all of them at once. The memory ledger and the disk guard are measurements rather than
+components: they are given thresholds computed from the configuration, and the broker gives them
+new ones in `update_properties`. The connection counts are given their limits once, as those
+cannot change while the broker runs.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-import secrets
 from collections.abc import Callable, Mapping
 
 from sluiceway.config import (
@@ -19,25 +32,28 @@ from sluiceway.config import (
     change_settings,
     update_config,
 )
-from sluiceway.core.connection import CoreConnection
+from sluiceway.core.connection import ConnectionParts, CoreConnection
 from sluiceway.core.containers.pending import Spill
 from sluiceway.core.features.cursors import Cursors
-from sluiceway.core.features.dead_letters import DMQ_NAME, DMQ_SETTINGS
+from sluiceway.core.features.dead_letters import DeadLetters
 from sluiceway.core.features.disk import DiskGuard
 from sluiceway.core.features.leases import Leases
 from sluiceway.core.features.producers import ProducerControl
 from sluiceway.core.features.stages import StageArea
 from sluiceway.core.model.context import Context
-from sluiceway.core.model.destination import Destination, Queue, Topic
-from sluiceway.core.model.durable import DurableState
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.model.store import MemoryStore, MessageStore
 from sluiceway.core.model.subscription import MessageFilter
+from sluiceway.core.model.topic import DurableState, Topic
 from sluiceway.core.values.clock import Clock, SystemClock
 from sluiceway.core.values.connection_counts import ConnectionCounts
 from sluiceway.core.values.counts import CountRefusals
 from sluiceway.core.values.flow import ConnectionFlow
+from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.memory import MemoryLedger, MemoryLevel, level_policy, swap_point
+from sluiceway.core.values.message_ids import MessageIds
 from sluiceway.core.values.selector import compile_selector
 from sluiceway.errors import (
     BadRequest,
@@ -78,7 +94,7 @@ class Broker:
         store: MessageStore | None = None,
         spill: Spill | None = None,
     ) -> None:
-        self.config = config
+        self._live = LiveConfig(config)
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.store: MessageStore = store if store is not None else MemoryStore()
         policy = level_policy(config)
@@ -89,10 +105,17 @@ class Broker:
         self.disk = DiskGuard(
             self.clock, floor=config.disk_free_limit, backlog_limit=config.disk_backlog_max
         )
-        self.context = Context(self.clock, self.store, self.ledger, spill)
-        self.registry = DestinationRegistry(config, self.context)
-        self.registry.create(DMQ_NAME, DMQ_SETTINGS)
-        self.producers = ProducerControl(self)
+        # Message ids are unique across restarts: a random prefix per broker run, then a counter.
+        self.ids = MessageIds()
+        self.instance_id = self.ids.instance_id
+        # The dead message queue is made with the context that has no dead end (its messages are
+        # never copied); every other destination's dead messages go to it.
+        own = Context(self.clock, self.store, self.ledger, spill)
+        self.dead_letters = DeadLetters(own, self.ids, self._live)
+        self.context = own.with_dead_end(self.dead_letters)
+        self.registry = DestinationRegistry(self._live, self.context)
+        self.registry.add(self.dead_letters.queue)
+        self.producers = ProducerControl(self._live, self.context, self.registry, self.disk)
         # Durable subscriptions by (client id, name), and the topic that keeps each.
         self.durables: dict[tuple[str, str], Topic] = {}
         self._next_durable_id = 0
@@ -100,9 +123,9 @@ class Broker:
         self.refusals = CountRefusals()
         # Topic cursors and queue leases (docs/pipelines-protocol.md).
         self.cursors = Cursors(self.registry, self.store, self.refusals)
-        self.leases = Leases(self)
+        self.leases = Leases(self._live, self.registry, self.clock, self.refusals)
         # Stages: batches published exactly once (same document).
-        self.stages = StageArea(self)
+        self.stages = StageArea(self._live, self.context, self.registry)
         if isinstance(self.store, JournalStore):
             self.store.set_snapshot(self._snapshot)
             self.store.add_snapshot_part(self._lease_snapshot)
@@ -113,11 +136,27 @@ class Broker:
         self.connection_counts = ConnectionCounts(
             config.max_connections, config.max_connections_per_address
         )
-        # Message ids are unique across restarts: a random prefix per broker run, then a counter.
-        self.instance_id = secrets.token_hex(4)
-        self._id_prefix = f"sw-{self.instance_id}-"
-        self._next_message = 0
+        # What every connection works with (core.connection).
+        self._parts = ConnectionParts(
+            config=self._live,
+            clock=self.clock,
+            store=self.store,
+            registry=self.registry,
+            ids=self.ids,
+            refusals=self.refusals,
+            producers=self.producers,
+            stages=self.stages,
+            cursors=self.cursors,
+            leases=self.leases,
+            durables=self,
+            closed=self.connection_closed,
+        )
         self._last_sweep = self.clock.monotonic()
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's configuration as it stands (`update_properties` replaces it)."""
+        return self._live.current
 
     def recover(self) -> Recovery | None:
         """Read back what the journal holds (None for an in-memory store). Call once, first."""
@@ -204,15 +243,14 @@ class Broker:
         self.store.durable_ended(state.record.sub_id)
 
     def new_message_id(self) -> str:
-        self._next_message += 1
-        return f"{self._id_prefix}{self._next_message}"
+        return self.ids.new()
 
     def open_connection(
         self, *, flow: ConnectionFlow, on_ready: Callable[[], None]
     ) -> CoreConnection:
         """A new client connection; `on_ready` is called when it has messages to write."""
         self._next_connection += 1
-        connection = CoreConnection(self, self._next_connection, flow, on_ready)
+        connection = CoreConnection(self._parts, self._next_connection, flow, on_ready)
         self.connections[connection.number] = connection
         return connection
 
@@ -266,9 +304,8 @@ class Broker:
             config = update_config(self.config, properties)
         except ConfigError as exc:
             raise BadRequest("bad broker property", str(exc)) from None
-        self.config = config
-        self.registry.configure(config)
-        self.producers.configure(config)
+        self._live.current = config
+        self.producers.changed()  # new limits, throttling or hold settings may let SENDs go
         self.disk.configure(config.disk_free_limit, config.disk_backlog_max)
         policy = level_policy(config)
         self.ledger.policy = policy

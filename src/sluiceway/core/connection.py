@@ -11,37 +11,64 @@ from __future__ import annotations
 import logging
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
-from sluiceway.core.features.cursors import CursorRead
-from sluiceway.core.features.leased import LeaseReader
-from sluiceway.core.features.leases import LeaseRead
+from sluiceway.core.features.cursors import CursorRead, Cursors
+from sluiceway.core.features.leases import LeaseRead, LeaseReader, Leases
 from sluiceway.core.features.limits import check_size
-from sluiceway.core.features.stages import StagedSend
+from sluiceway.core.features.producers import ProducerControl
+from sluiceway.core.features.stages import StageArea, StagedSend
 from sluiceway.core.features.transaction import OpenTransactions
-from sluiceway.core.model.destination import Destination, Queue, Topic
-from sluiceway.core.model.durable import DurableState, DurableSubscription
+from sluiceway.core.model.browsing import BrowserSubscription, TopicBrowserSubscription
+from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.holding import HeldQueue, HeldSend
-from sluiceway.core.model.subscription import (
-    AckMode,
-    BrowserSubscription,
-    Delivery,
-    MessageFilter,
-    QueueSubscription,
-    Subscription,
-    TopicBrowserSubscription,
-    TopicSubscription,
-)
+from sluiceway.core.model.queue import Queue, QueueSubscription
+from sluiceway.core.model.registry import DestinationRegistry
+from sluiceway.core.model.store import MessageStore
+from sluiceway.core.model.subscription import AckMode, Delivery, MessageFilter, Outlet, Subscription
+from sluiceway.core.model.topic import DurableState, DurableSubscription, Topic, TopicSubscription
+from sluiceway.core.values.clock import Clock
+from sluiceway.core.values.counts import CountRefusals
 from sluiceway.core.values.flow import ConnectionFlow, ConsumerFlow
+from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.message_ids import MessageIds
 from sluiceway.errors import BadRequest, BrokerError, Conflict, InternalError, ResourceFull
 from sluiceway.naming import DestinationName
 from sluiceway.persist.segments import JournalError
 
-if TYPE_CHECKING:
-    from sluiceway.core.broker import Broker
-
 log = logging.getLogger(__name__)
+
+
+class DurableBook(Protocol):
+    """The broker's durable subscriptions, by client id and name (core.broker keeps them, with
+    the journal records that name them)."""
+
+    def durable_state(
+        self, topic: Topic, client_id: str, name: str, selector: MessageFilter | None
+    ) -> DurableState: ...
+
+    def remove_durable(self, client_id: str, name: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionParts:
+    """What every connection of one broker works with; the broker makes one and gives it to
+    each connection it opens."""
+
+    config: LiveConfig
+    clock: Clock
+    store: MessageStore
+    registry: DestinationRegistry
+    ids: MessageIds
+    refusals: CountRefusals
+    producers: ProducerControl
+    stages: StageArea
+    cursors: Cursors
+    leases: Leases
+    durables: DurableBook
+    closed: Callable[[CoreConnection], None]  # told once when a connection closes
 
 
 class Sent:
@@ -69,14 +96,21 @@ class Sent:
         return hash((self.message, self.held))
 
 
-class CoreConnection:
+class CoreConnection(Outlet):
     """One client connection as the broker core sees it."""
 
     def __init__(
-        self, broker: Broker, number: int, flow: ConnectionFlow, on_ready: Callable[[], None]
+        self,
+        parts: ConnectionParts,
+        number: int,
+        flow: ConnectionFlow,
+        on_ready: Callable[[], None],
     ) -> None:
-        self.broker = broker
-        self.clock = broker.clock
+        self._parts = parts
+        self._config = parts.config
+        self._registry = parts.registry
+        self._producers = parts.producers
+        self.clock = parts.clock
         self.number = number
         self.flow = flow
         self.subscriptions: dict[str, Subscription] = {}
@@ -85,7 +119,7 @@ class CoreConnection:
         # Subscriptions with staged messages, in turn: each at most once (added when its first
         # message is staged, dropped when its last is taken), so never more than it has.
         self._busy: deque[Subscription] = deque()
-        self.transactions = OpenTransactions(broker.refusals)
+        self.transactions = OpenTransactions(parts.refusals)
         self._on_ready = on_ready
         self.outstanding = 0  # messages given to this connection's subscriptions, not consumed
         self.client_id: str | None = None  # from CONNECT; names durable subscriptions
@@ -221,7 +255,8 @@ class CoreConnection:
                 f"this connection already has a subscription with id {sub_id!r}; "
                 "UNSUBSCRIBE it first or use another id",
             )
-        limit = self.broker.config.max_subscriptions
+        config = self._config.current
+        limit = config.max_subscriptions
         if len(self.subscriptions) >= limit:
             raise ResourceFull(
                 "too many subscriptions",
@@ -230,15 +265,15 @@ class CoreConnection:
                 limit="imq.stomp.max_subscriptions",
                 limit_value=str(limit),
             )
-        destination = self.broker.registry.resolve(name)
+        destination = self._registry.resolve(name)
         state = None
         if durable_name is not None and not browser:
             state = self._durable_state(destination, durable_name, selector)
         # Opened (or created) before anything is registered, since either may be refused.
-        broker = self.broker
-        limit = broker.config.cursor_max_groups
-        opened = None if cursor is None else broker.cursors.open(destination, cursor, limit)
-        view = None if lease is None else broker.leases.read(destination, lease)
+        parts = self._parts
+        limit = config.cursor_max_groups
+        opened = None if cursor is None else parts.cursors.open(destination, cursor, limit)
+        view = None if lease is None else parts.leases.read(destination, lease)
         flow = ConsumerFlow.negotiate(
             requested_limit=requested_limit,
             threshold=threshold,
@@ -296,7 +331,7 @@ class CoreConnection:
                 "durable subscription without a client id",
                 "a durable subscription belongs to a client id: send client-id on CONNECT",
             )
-        state = self.broker.durable_state(destination, self.client_id, name, selector)
+        state = self._parts.durables.durable_state(destination, self.client_id, name, selector)
         if state.active is not None:
             raise Conflict(
                 "durable subscription in use",
@@ -313,7 +348,7 @@ class CoreConnection:
                 name,
             ):
                 self.unsubscribe(subscription.id)
-        self.broker.remove_durable(self.client_id or "", name)
+        self._parts.durables.remove_durable(self.client_id or "", name)
 
     def unsubscribe(self, sub_id: str) -> None:
         subscription = self.subscriptions.pop(sub_id, None)
@@ -368,10 +403,9 @@ class CoreConnection:
         """
         if report is None:
             report = persistent
-        broker = self.broker
-        destination = broker.registry.resolve(name)
+        destination = self._registry.resolve(name)
         message = Message(
-            id=broker.new_message_id(),
+            id=self._parts.ids.new(),
             destination=destination.name,
             body=body,
             headers=headers,
@@ -380,8 +414,9 @@ class CoreConnection:
             persistent=persistent,
             timestamp=self.clock.time_ms(),
         )
+        config = self._config.current
         try:
-            check_size(name.path, len(body), broker.config, destination.settings.max_bytes_per_msg)
+            check_size(name.path, len(body), config, destination.settings.max_bytes_per_msg)
         except BrokerError:
             if report or transaction is not None:
                 raise
@@ -390,16 +425,16 @@ class CoreConnection:
         if transaction is not None:
             transactions = self.transactions
             tx = transactions.get(transaction)
-            transactions.check_send(tx, message.size, broker.config)  # before any change
-            broker.producers.register(self, destination)
+            transactions.check_send(tx, message.size, config)  # before any change
+            self._producers.register(self, destination)
             transactions.add_send(tx, destination, message)
             return Sent(message, None)
         into = None
         if stage is not None:
-            into = broker.stages.target(stage.name, destination, stage.ttl_ms)
+            into = self._parts.stages.target(stage.name, destination, stage.ttl_ms)
             if into is None:  # its batch was committed before: accepted, and dropped
                 return Sent(message, None)
-        held = broker.producers.produce(self, destination, message, report=report, into=into)
+        held = self._producers.produce(self, destination, message, report=report, into=into)
         return Sent(message, held)
 
     # -- acknowledging -------------------------------------------------------------------------
@@ -465,7 +500,7 @@ class CoreConnection:
         if transaction is not None:
             tx = self.transactions.get(transaction)
             covered = self._covered(subscription, message_id)
-            tx.check_ack_room(covered, self.broker.config.tx_consumer_max_msgs)
+            tx.check_ack_room(covered, self._config.current.tx_consumer_max_msgs)
         selected = subscription.select(message_id)
         assert selected is not None
         return selected
@@ -482,7 +517,7 @@ class CoreConnection:
     # -- transactions --------------------------------------------------------------------------
 
     def begin(self, tx_id: str) -> None:
-        self.transactions.begin(tx_id, self.broker.config.max_transactions)
+        self.transactions.begin(tx_id, self._config.current.max_transactions)
 
     def commit(self, tx_id: str) -> None:
         """Publish the transaction's messages and consume what it acknowledged, all at once.
@@ -494,10 +529,11 @@ class CoreConnection:
         those messages are delivered again) and the refusal raised.
         """
         tx = self.transactions.get(tx_id)
-        producers = self.broker.producers
+        producers = self._producers
+        store = self._parts.store
         try:
             producers.check_commit(tx.sends)
-            tx.prepare(self.broker.store)
+            tx.prepare(store)
         except BrokerError as exc:
             self.transactions.pop(tx_id).abort()
             raise type(exc)(
@@ -522,7 +558,7 @@ class CoreConnection:
                 f"(its messages were not sent, its acknowledgements undone): {cause}; the "
                 "broker's log says why. Send the transaction again once that is fixed",
             ) from None
-        self.transactions.pop(tx_id).commit(self.broker.store, producers.publish_committed)
+        self.transactions.pop(tx_id).commit(store, producers.publish_committed)
 
     def abort(self, tx_id: str) -> None:
         self.transactions.get(tx_id)
@@ -553,14 +589,14 @@ class CoreConnection:
             return
         self.closed = True
         self.stop_consuming()
-        dropped = self.broker.producers.forget(self)
+        dropped = self._producers.forget(self)
         if dropped:
             log.info(
                 "connection %d closed with %d SENDs held; they were not accepted",
                 self.number,
                 dropped,
             )
-        self.broker.connection_closed(self)
+        self._parts.closed(self)
 
 
 def _subscription_class(

@@ -16,8 +16,9 @@ stage's) is preceded by the packed chunk. Topics take their messages decoded.
 from __future__ import annotations
 
 from sluiceway.core.containers.pending import PackedChunk
-from sluiceway.core.model.destination import Queue, Topic
+from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.registry import DestinationRegistry
+from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.message import Message
 from sluiceway.naming import DestinationName
 from sluiceway.persist.records import EncodedMessage

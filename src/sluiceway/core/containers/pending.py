@@ -100,18 +100,101 @@ class PackedChunk:
         return b"".join(self.parts)
 
 
-class _Level:
-    __slots__ = ("chunks", "filling", "filling_bytes", "head")
+class SpillableRun:
+    """Messages in arrival order in three parts: a head in memory; then, once the broker's memory
+    ledger is over the swap point, chunks of up to CHUNK_MESSAGES (or CHUNK_BYTES) written to the
+    swap area; then the newest, in memory until they make a chunk. Once one message has spilled,
+    every later one does too until the run is drained, so the order is always head, chunks,
+    filling.
 
-    def __init__(self) -> None:
+    The one spilling structure of the core: each priority level of a pending list is one, and so
+    is every SpillingRun (core.containers.spilling: topic logs, leases, stages). Messages in
+    memory are counted in the ledger (`hold`, `let_go`); spilled ones are not."""
+
+    __slots__ = ("_ledger", "_spill", "chunks", "filling", "filling_bytes", "head")
+
+    def __init__(self, ledger: MemoryLedger, spill: Spill | None) -> None:
         self.head: deque[Message] = deque()  # in memory, oldest first
         self.chunks: deque[Chunk] = deque()  # spilled, after the head
         self.filling: list[Message] = []  # newest, in memory until they make a chunk
         self.filling_bytes = 0
+        self._ledger = ledger
+        self._spill = spill
+
+    @property
+    def spilling(self) -> bool:
+        """Whether a message appended now goes to the swap area: a run that has spilled keeps
+        spilling until it is drained, and any does once memory is over the swap point."""
+        return self._spill is not None and (
+            bool(self.chunks) or bool(self.filling) or self._ledger.over
+        )
+
+    def add(self, message: Message) -> list[Message] | None:
+        """Append `message`; when that made a chunk and spilled it, the chunk's messages."""
+        self.hold(message)
+        if not self.spilling:
+            self.head.append(message)
+            return None
+        self.filling.append(message)
+        self.filling_bytes += len(message.body)
+        if len(self.filling) >= CHUNK_MESSAGES or self.filling_bytes >= CHUNK_BYTES:
+            return self.spill_filling()
+        return None
+
+    def spill_filling(self) -> list[Message]:
+        """Write the messages being filled to the swap area as one chunk; return them."""
+        assert self._spill is not None
+        messages = self.filling
+        self.chunks.append(chunk_of(self._spill.write(encode_chunk(messages)), messages))
+        for message in messages:
+            self.let_go(message)
+        self.filling = []
+        self.filling_bytes = 0
+        return messages
+
+    def read_chunk(self, chunk: Chunk, *, free: bool) -> list[Message]:
+        """A spilled chunk's messages, read back; `free`: the chunk leaves the swap area."""
+        assert self._spill is not None
+        messages = decode_chunk(self._spill.read(chunk.ref))
+        if free:
+            self._spill.free(chunk.ref)
+        return messages
+
+    def free_chunks(self) -> None:
+        """Free every spilled chunk unread (the run is being dropped)."""
+        if self._spill is not None:
+            for chunk in self.chunks:
+                self._spill.free(chunk.ref)
+
+    def hold(self, message: Message) -> None:
+        """`message` is now in memory in this run."""
+        self._ledger.hold(message)
+
+    def let_go(self, message: Message) -> None:
+        """`message` left this run's memory (taken, spilled, dropped)."""
+        self._ledger.let_go(message)
+
+
+class _Level(SpillableRun):
+    """One priority level of a pending list."""
+
+    __slots__ = ()
 
     @property
     def spilled(self) -> bool:
         return bool(self.chunks or self.filling)
+
+    def hold(self, message: Message) -> None:
+        # A topic's message sits in the list of each of its subscribers, sharing one body: the
+        # ledger counts it once, for the first list.
+        message.resident += 1
+        if message.resident == 1:
+            self._ledger.hold(message)
+
+    def let_go(self, message: Message) -> None:
+        message.resident -= 1
+        if message.resident == 0:
+            self._ledger.let_go(message)
 
 
 class PendingList:
@@ -124,13 +207,16 @@ class PendingList:
     __slots__ = ("_bytes", "_count", "_expiring", "_ledger", "_levels", "_mask", "_spill")
 
     def __init__(self, ledger: MemoryLedger | None = None, spill: Spill | None = None) -> None:
-        self._levels = [_Level() for _ in range(PRIORITY_LEVELS)]
+        self._ledger = ledger if ledger is not None else MemoryLedger()
+        self._spill = spill
+        self._levels = self._new_levels()
         self._mask = 0  # bit p set when level p holds messages
         self._count = 0
         self._bytes = 0
         self._expiring = 0  # in-memory messages with an expiry, so sweeps can skip the rest
-        self._ledger = ledger if ledger is not None else MemoryLedger()
-        self._spill = spill
+
+    def _new_levels(self) -> list[_Level]:
+        return [_Level(self._ledger, self._spill) for _ in range(PRIORITY_LEVELS)]
 
     def __len__(self) -> int:
         return self._count
@@ -155,40 +241,19 @@ class PendingList:
         """Messages held in the swap area."""
         return sum(c.count for level in self._levels for c in level.chunks)
 
-    # -- the memory ledger ---------------------------------------------------------------------
-
-    def _hold(self, message: Message) -> None:
-        """`message` is now in memory in this list. A topic's message sits in the list of each
-        of its subscribers, sharing one body: the ledger counts it once, for the first list."""
-        message.resident += 1
-        if message.resident == 1:
-            self._ledger.hold(message)
-
-    def _let_go(self, message: Message) -> None:
-        """`message` left this list's memory (taken, spilled, expired, cleared)."""
-        message.resident -= 1
-        if message.resident == 0:
-            self._ledger.let_go(message)
-
     # -- adding and taking -----------------------------------------------------------------------
 
     def spills(self, priority: int) -> bool:
         """Whether a message of `priority` appended now goes to the swap area: a level that has
         spilled keeps spilling until its tail is drained, and any does once memory is over."""
-        return self._spill is not None and (self._levels[priority].spilled or self._ledger.over)
+        return self._levels[priority].spilling
 
     def append(self, message: Message) -> None:
         """Add a newly arrived message behind every message of its priority."""
-        level = self._levels[message.priority]
-        self._hold(message)
-        if self.spills(message.priority):
-            level.filling.append(message)
-            level.filling_bytes += len(message.body)
-            if len(level.filling) >= CHUNK_MESSAGES or level.filling_bytes >= CHUNK_BYTES:
-                self._spill_filling(level)
-        else:
-            level.head.append(message)
+        spilled = self._levels[message.priority].add(message)
         self._added(message)
+        if spilled is not None:
+            self._spilled(spilled)
 
     def append_packed(self, priority: int, packed: PackedChunk) -> None:
         """Add messages packed as a chunk behind every message of `priority`, straight to the
@@ -197,7 +262,7 @@ class PendingList:
         assert packed.count
         level = self._levels[priority]
         if level.filling:
-            self._spill_filling(level)  # older than the packed ones: its chunk goes first
+            self._spilled(level.spill_filling())  # older than the packed ones: goes first
         ref = self._spill.write(packed.data())
         level.chunks.append(
             Chunk(ref, packed.count, packed.body_bytes, packed.first_seq, packed.last_seq)
@@ -229,7 +294,7 @@ class PendingList:
         else:
             level.filling.insert(bisect.bisect_right(level.filling, seq, key=_seq), message)
             level.filling_bytes += len(message.body)
-        self._hold(message)
+        level.hold(message)
         self._added(message)
 
     def _restore_into_chunk(self, level: _Level, message: Message) -> None:
@@ -237,7 +302,7 @@ class PendingList:
         assert self._spill is not None
         index = next(i for i, c in enumerate(level.chunks) if message.seq <= c.last_seq)
         chunk = level.chunks[index]
-        messages = self._read_chunk(chunk, free=True)
+        messages = level.read_chunk(chunk, free=True)
         messages.insert(bisect.bisect_right(messages, message.seq, key=_seq), message)
         level.chunks[index] = chunk_of(self._spill.write(encode_chunk(messages)), messages)
 
@@ -279,28 +344,22 @@ class PendingList:
         message = level.head.popleft()
         if not level.head and not level.spilled:
             self._mask &= ~(1 << priority)
-        self._let_go(message)
+        level.let_go(message)
         self._removed(message)
         return message
 
-    def _spill_filling(self, level: _Level) -> None:
-        assert self._spill is not None
-        messages = level.filling
-        ref = self._spill.write(encode_chunk(messages))
-        level.chunks.append(chunk_of(ref, messages))
+    def _spilled(self, messages: list[Message]) -> None:
+        """`messages` went to the swap area: the sweep for expired ones no longer sees them."""
         for message in messages:
-            self._let_go(message)
             if message.expires:
                 self._expiring -= 1
-        level.filling = []
-        level.filling_bytes = 0
 
     def _load(self, level: _Level) -> None:
         """Bring the oldest spilled messages of `level` back into its head."""
         if level.chunks:
-            messages = self._read_chunk(level.chunks.popleft(), free=True)
+            messages = level.read_chunk(level.chunks.popleft(), free=True)
             for message in messages:
-                self._hold(message)
+                level.hold(message)
                 if message.expires:
                     self._expiring += 1
             level.head.extend(messages)
@@ -308,13 +367,6 @@ class PendingList:
             level.head.extend(level.filling)  # already in memory and counted
             level.filling = []
             level.filling_bytes = 0
-
-    def _read_chunk(self, chunk: Chunk, *, free: bool) -> list[Message]:
-        assert self._spill is not None
-        messages = decode_chunk(self._spill.read(chunk.ref))
-        if free:
-            self._spill.free(chunk.ref)
-        return messages
 
     # -- scanning ---------------------------------------------------------------------------------
 
@@ -339,7 +391,7 @@ class PendingList:
         yield from itertools.islice(level.head, start, None)
         for chunk in list(level.chunks):
             if chunk.last_seq > seq:
-                yield from (m for m in self._read_chunk(chunk, free=False) if m.seq > seq)
+                yield from (m for m in level.read_chunk(chunk, free=False) if m.seq > seq)
         yield from (m for m in level.filling if m.seq > seq)
 
     def extract(self, choose: Callable[[Message], bool], stop: Callable[[], bool]) -> int:
@@ -354,21 +406,21 @@ class PendingList:
         for priority in range(PRIORITY_LEVELS - 1, -1, -1):
             level = self._levels[priority]
             if level.head and not stop():
-                kept, count = self._extract_run(list(level.head), choose, stop)
+                kept, count = self._extract_run(level, list(level.head), choose, stop)
                 level.head = deque(kept)
                 taken += count
             if level.chunks and not stop():
                 chunks: deque[Chunk] = deque()
                 for chunk in level.chunks:
                     replacement, count = (
-                        (chunk, 0) if stop() else self._extract_chunk(chunk, choose, stop)
+                        (chunk, 0) if stop() else self._extract_chunk(level, chunk, choose, stop)
                     )
                     taken += count
                     if replacement is not None:
                         chunks.append(replacement)
                 level.chunks = chunks
             if level.filling and not stop():
-                kept, count = self._extract_run(level.filling, choose, stop)
+                kept, count = self._extract_run(level, level.filling, choose, stop)
                 level.filling = kept
                 level.filling_bytes = sum(len(m.body) for m in kept)
                 taken += count
@@ -379,7 +431,11 @@ class PendingList:
         return taken
 
     def _extract_run(
-        self, messages: list[Message], choose: Callable[[Message], bool], stop: Callable[[], bool]
+        self,
+        level: _Level,
+        messages: list[Message],
+        choose: Callable[[Message], bool],
+        stop: Callable[[], bool],
     ) -> tuple[list[Message], int]:
         """Messages held in memory: the kept ones, and how many were taken."""
         kept: list[Message] = []
@@ -388,18 +444,22 @@ class PendingList:
                 kept.extend(messages[index:])
                 break
             if choose(message):
-                self._let_go(message)
+                level.let_go(message)
                 self._removed(message)
             else:
                 kept.append(message)
         return kept, len(messages) - len(kept)
 
     def _extract_chunk(
-        self, chunk: Chunk, choose: Callable[[Message], bool], stop: Callable[[], bool]
+        self,
+        level: _Level,
+        chunk: Chunk,
+        choose: Callable[[Message], bool],
+        stop: Callable[[], bool],
     ) -> tuple[Chunk | None, int]:
         """Scan one spilled chunk; return what replaces it (None: nothing left) and the count
         taken. A chunk that lost messages is written again without them."""
-        messages = self._read_chunk(chunk, free=False)
+        messages = level.read_chunk(chunk, free=False)
         kept: list[Message] = []
         for position, message in enumerate(messages):
             if stop():
@@ -427,16 +487,18 @@ class PendingList:
             return []
         expired: list[Message] = []
         for level in self._levels:
+            found: list[Message] = []
             for attribute in ("head", "filling"):
                 messages = getattr(level, attribute)
                 if any(m.expired(now_ms) for m in messages):
-                    expired.extend(m for m in messages if m.expired(now_ms))
+                    found.extend(m for m in messages if m.expired(now_ms))
                     kept = [m for m in messages if not m.expired(now_ms)]
                     setattr(level, attribute, deque(kept) if attribute == "head" else kept)
             level.filling_bytes = sum(len(m.body) for m in level.filling)
-        for message in expired:
-            self._let_go(message)
-            self._removed(message)
+            for message in found:
+                level.let_go(message)
+                self._removed(message)
+            expired.extend(found)
         self._recompute_mask()
         return expired
 
@@ -445,11 +507,9 @@ class PendingList:
         count = self._count
         for level in self._levels:
             for message in itertools.chain(level.head, level.filling):
-                self._let_go(message)
-            if self._spill is not None:
-                for chunk in level.chunks:
-                    self._spill.free(chunk.ref)
-        self._levels = [_Level() for _ in range(PRIORITY_LEVELS)]
+                level.let_go(message)
+            level.free_chunks()
+        self._levels = self._new_levels()
         self._mask = self._count = self._bytes = self._expiring = 0
         return count
 

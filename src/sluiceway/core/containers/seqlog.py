@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 
-from sluiceway.core.containers.pending import chunk_of, decode_chunk, encode_chunk
+from sluiceway.core.containers.pending import chunk_of, encode_chunk
 from sluiceway.core.containers.spilling import SpillingRun
 from sluiceway.core.values.message import Message
 
@@ -23,27 +23,26 @@ class SeqLog(SpillingRun):
 
     @property
     def first_seq(self) -> int | None:
-        if self._head:
-            return self._head[0].seq
-        if self._chunks:
-            return self._chunks[0].first_seq
-        return self._filling[0].seq if self._filling else None
+        if self.head:
+            return self.head[0].seq
+        if self.chunks:
+            return self.chunks[0].first_seq
+        return self.filling[0].seq if self.filling else None
 
     def read(self, from_seq: int, limit: int, to_seq: int | None = None) -> list[Message]:
         """Up to `limit` messages with from_seq <= seq (< to_seq), in order, not removed."""
         found: list[Message] = []
-        start = bisect.bisect_left(self._head, from_seq, key=_seq)
-        for index in range(start, len(self._head)):
-            if not self._take(self._head[index], found, limit, to_seq):
+        start = bisect.bisect_left(self.head, from_seq, key=_seq)
+        for index in range(start, len(self.head)):
+            if not self._take(self.head[index], found, limit, to_seq):
                 return found
-        for chunk in self._chunks:
+        for chunk in self.chunks:
             if chunk.last_seq < from_seq:
                 continue
-            assert self._spill is not None
-            for message in decode_chunk(self._spill.read(chunk.ref)):
+            for message in self.read_chunk(chunk, free=False):
                 if message.seq >= from_seq and not self._take(message, found, limit, to_seq):
                     return found
-        for message in self._filling:
+        for message in self.filling:
             if message.seq >= from_seq and not self._take(message, found, limit, to_seq):
                 return found
         return found
@@ -59,17 +58,17 @@ class SeqLog(SpillingRun):
     def trim(self, below_seq: int) -> list[Message]:
         """Remove and return every message with seq < below_seq (spilled ones read back)."""
         trimmed: list[Message] = []
-        while self._head and self._head[0].seq < below_seq:
-            message = self._head.popleft()
-            self._ledger.let_go(message)
+        while self.head and self.head[0].seq < below_seq:
+            message = self.head.popleft()
+            self.let_go(message)
             trimmed.append(message)
-        while self._chunks and not self._head and self._chunks[0].first_seq < below_seq:
+        while self.chunks and not self.head and self.chunks[0].first_seq < below_seq:
             self._trim_chunk(below_seq, trimmed)
-        if not self._head and not self._chunks:
-            while self._filling and self._filling[0].seq < below_seq:
-                message = self._filling.pop(0)
-                self._filling_bytes -= len(message.body)
-                self._ledger.let_go(message)
+        if not self.head and not self.chunks:
+            while self.filling and self.filling[0].seq < below_seq:
+                message = self.filling.pop(0)
+                self.filling_bytes -= len(message.body)
+                self.let_go(message)
                 trimmed.append(message)
         self._count -= len(trimmed)
         self._bytes -= sum(len(m.body) for m in trimmed)
@@ -77,13 +76,12 @@ class SeqLog(SpillingRun):
 
     def _trim_chunk(self, below_seq: int, trimmed: list[Message]) -> None:
         assert self._spill is not None
-        chunk = self._chunks.popleft()
-        messages = decode_chunk(self._spill.read(chunk.ref))
-        self._spill.free(chunk.ref)
+        chunk = self.chunks.popleft()
+        messages = self.read_chunk(chunk, free=True)
         kept = [m for m in messages if m.seq >= below_seq]
         trimmed.extend(m for m in messages if m.seq < below_seq)
         if kept:
-            self._chunks.appendleft(chunk_of(self._spill.write(encode_chunk(kept)), kept))
+            self.chunks.appendleft(chunk_of(self._spill.write(encode_chunk(kept)), kept))
 
     def clear(self) -> list[Message]:
         """Remove everything (for persistent messages the caller needs them: they are read)."""

@@ -5,7 +5,9 @@ the front or all at once. `SpillingRun` holds them in three parts, in order: a h
 then, once the broker's memory ledger is over the swap point, chunks of up to CHUNK_MESSAGES
 (or CHUNK_BYTES) written to the swap area; then the newest, in memory until they make a chunk.
 Once one message has spilled, every later one does too, so the order is always head, chunks,
-filling. Memory then holds the oldest messages and a small reference per chunk.
+filling. Memory then holds the oldest messages and a small reference per chunk. That structure
+is core.containers.pending's SpillableRun, the one a pending list's priority levels are made
+of; SpillingRun adds counts, reads by position and draining.
 
 Messages in memory are counted in the ledger; spilled ones are not (their chunk holds only the
 reference to the swap area).
@@ -16,42 +18,20 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
-from sluiceway.core.containers.pending import (
-    CHUNK_BYTES,
-    CHUNK_MESSAGES,
-    Chunk,
-    Spill,
-    chunk_of,
-    decode_chunk,
-    encode_chunk,
-)
+from sluiceway.core.containers.pending import Chunk, Spill, SpillableRun
 from sluiceway.core.values.memory import MemoryLedger
 from sluiceway.core.values.message import Message
 
 
-class SpillingRun:
+class SpillingRun(SpillableRun):
     """Messages in arrival order: head (memory), chunks (swap area), filling (memory)."""
 
-    __slots__ = (
-        "_bytes",
-        "_chunks",
-        "_count",
-        "_filling",
-        "_filling_bytes",
-        "_head",
-        "_ledger",
-        "_spill",
-    )
+    __slots__ = ("_bytes", "_count")
 
     def __init__(self, ledger: MemoryLedger, spill: Spill | None) -> None:
-        self._head: deque[Message] = deque()
-        self._chunks: deque[Chunk] = deque()
-        self._filling: list[Message] = []
-        self._filling_bytes = 0
+        super().__init__(ledger, spill)
         self._count = 0
         self._bytes = 0
-        self._ledger = ledger
-        self._spill = spill
 
     def __len__(self) -> int:
         return self._count
@@ -64,38 +44,19 @@ class SpillingRun:
     @property
     def spilled(self) -> int:
         """Messages held in the swap area."""
-        return sum(chunk.count for chunk in self._chunks)
+        return sum(chunk.count for chunk in self.chunks)
 
     def append(self, message: Message) -> None:
         self._count += 1
         self._bytes += message.size
-        self._ledger.hold(message)
-        if self._spill is not None and (self._chunks or self._filling or self._ledger.over):
-            self._filling.append(message)
-            self._filling_bytes += message.size
-            if len(self._filling) >= CHUNK_MESSAGES or self._filling_bytes >= CHUNK_BYTES:
-                self._spill_filling()
-        else:
-            self._head.append(message)
-
-    def _spill_filling(self) -> None:
-        assert self._spill is not None
-        messages, self._filling, self._filling_bytes = self._filling, [], 0
-        self._chunks.append(chunk_of(self._spill.write(encode_chunk(messages)), messages))
-        for message in messages:
-            self._ledger.let_go(message)
-
-    def _load(self, chunk: Chunk) -> list[Message]:
-        """A spilled chunk's messages, read back (the chunk stays where it is)."""
-        assert self._spill is not None
-        return decode_chunk(self._spill.read(chunk.ref))
+        self.add(message)
 
     def _parts(self) -> Iterator[tuple[int, Chunk | None, list[Message] | deque[Message]]]:
         """(size, chunk or None, messages in memory or empty) for each part, in order."""
-        yield len(self._head), None, self._head
-        for chunk in self._chunks:
+        yield len(self.head), None, self.head
+        for chunk in self.chunks:
             yield chunk.count, chunk, []
-        yield len(self._filling), None, self._filling
+        yield len(self.filling), None, self.filling
 
     def read_at(self, start: int, limit: int) -> list[Message]:
         """Up to `limit` messages from position `start` (0: the first), not removed; only the
@@ -107,7 +68,9 @@ class SpillingRun:
                 break
             wanted = start + len(found)
             if wanted < offset + size:
-                messages = self._load(chunk) if chunk is not None else list(in_memory)
+                messages = (
+                    self.read_chunk(chunk, free=False) if chunk is not None else list(in_memory)
+                )
                 first = wanted - offset
                 found.extend(messages[first : first + limit - len(found)])
             offset += size
@@ -119,31 +82,25 @@ class SpillingRun:
         self._bytes -= sum(message.size for message in run)
         if counted:
             for message in run:
-                self._ledger.let_go(message)
+                self.let_go(message)
         return run
 
     def drain(self) -> Iterator[list[Message]]:
         """Remove every message and yield them in order, at most one spilled chunk at a time
         (read back and freed), so a long run is never all in memory at once."""
-        if self._head:
-            run, self._head = list(self._head), deque()
+        if self.head:
+            run, self.head = list(self.head), deque()
             yield self._forget(run, counted=True)
-        while self._chunks:
-            chunk = self._chunks.popleft()
-            run = self._load(chunk)
-            assert self._spill is not None
-            self._spill.free(chunk.ref)
-            yield self._forget(run, counted=False)
-        if self._filling:
-            run, self._filling, self._filling_bytes = self._filling, [], 0
+        while self.chunks:
+            yield self._forget(self.read_chunk(self.chunks.popleft(), free=True), counted=False)
+        if self.filling:
+            run, self.filling, self.filling_bytes = self.filling, [], 0
             yield self._forget(run, counted=True)
 
     def discard(self) -> None:
         """Drop every message; spilled chunks are freed without being read."""
-        for message in (*self._head, *self._filling):
-            self._ledger.let_go(message)
-        if self._spill is not None:
-            for chunk in self._chunks:
-                self._spill.free(chunk.ref)
-        self._head, self._chunks, self._filling = deque(), deque(), []
-        self._filling_bytes = self._count = self._bytes = 0
+        for message in (*self.head, *self.filling):
+            self.let_go(message)
+        self.free_chunks()
+        self.head, self.chunks, self.filling = deque(), deque(), []
+        self.filling_bytes = self._count = self._bytes = 0

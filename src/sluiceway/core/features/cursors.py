@@ -21,9 +21,10 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sluiceway.core.model.destination import Destination, Topic
+from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.model.store import MessageStore
+from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.counts import CountLimit, CountRefusals
 from sluiceway.errors import BadRequest, NotFound
 from sluiceway.naming import DestinationKind, DestinationName
@@ -162,8 +163,8 @@ class Cursors:
 
     def topic_destroyed(self, topic: Topic) -> None:
         """An administrator destroyed `topic`: its cursors go with it."""
-        for cursor in list(topic.cursors.values()):
-            self._remove(cursor)
+        for group in list(topic.cursors):
+            self._remove(self._cursors[topic.name, group])
 
     def restore(self, positions: dict[tuple[str, str], int], limit: int) -> None:
         """After a restart: the cursors the journal held (their topics' logs are recovered

@@ -6,6 +6,10 @@ acknowledged. If its destination has `useDMQ` (the default), a copy goes to the 
 with the `JMS_SUN_DMQ_*` properties as headers (reason, timestamp, comment, delivery count,
 original destination), no expiration, and no body when `imq.destination.DMQ.truncateBody` is set.
 
+`DeadLetters` owns the queue and makes messages dead into it: it is the `DeadEnd` every other
+destination is given (core.context). The queue itself is made with a context that has no dead
+end, as its own messages are never copied anywhere.
+
 The queue itself has Open MQ's settings: 1000 messages, 10 MiB, REMOVE_OLDEST (what overflows is
 discarded, never sent on), no per-message limit; it cannot be destroyed, paused, or set to
 FLOW_CONTROL, so making a message dead never blocks anything.
@@ -14,11 +18,19 @@ FLOW_CONTROL, so making a message dead never blocks anything.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Final
 
 from sluiceway.config import DestinationSettings, LimitBehavior
+from sluiceway.core.features.limits import Verdict, destination_verdict, make_room
+from sluiceway.core.model.context import Context
+from sluiceway.core.model.queue import Queue
+from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.message_ids import MessageIds
 from sluiceway.naming import DestinationKind, DestinationName
+
+log = logging.getLogger(__name__)
 
 DMQ_NAME: Final = DestinationName(DestinationKind.QUEUE, "mq.sys.dmq")
 
@@ -75,3 +87,61 @@ def dead_copy(
         marks=None,
         dead=False,
     )
+
+
+class DeadLetters:
+    """The dead message queue, and what makes a message dead into it."""
+
+    def __init__(self, context: Context, ids: MessageIds, config: LiveConfig) -> None:
+        self._clock = context.clock
+        self._store = context.store
+        self._ids = ids
+        self._config = config
+        self.queue = Queue(DMQ_NAME, DMQ_SETTINGS, context)
+
+    def dead(self, source: DestinationName, message: Message, reason: str, comment: str) -> None:
+        """`message` of `source` will never be delivered: a copy goes to the queue."""
+        config = self._config.current
+        if config.log_dead_messages:
+            log.info("dead message %s from %s: %s (%s)", message.id, source, reason, comment)
+        copy = dead_copy(
+            message,
+            message_id=self._ids.new(),
+            reason=reason,
+            comment=comment,
+            now_ms=self._clock.time_ms(),
+            broker=self._ids.instance_id,
+            truncate=config.dmq_truncate_body,
+        )
+        if not self._keep(copy):
+            log.warning(
+                "dead message %s from %s (%s) is larger than the dead message queue and was "
+                "discarded",
+                message.id,
+                source,
+                reason,
+            )
+
+    def _keep(self, copy: Message) -> bool:
+        """Publish a dead copy: no system limits, eviction by the queue's behaviour, never
+        held. False if it could not be kept."""
+        queue = self.queue
+        settings = queue.settings
+        admission = destination_verdict(
+            DMQ_NAME.path,
+            copy.size,
+            queue.fullness(),
+            max_count=settings.max_num_msgs,
+            max_bytes=settings.max_total_msg_bytes,
+            behavior=settings.limit_behavior,
+        )
+        if admission.verdict is Verdict.REJECT:
+            return False
+        if admission.verdict is Verdict.ACCEPT:
+            queue.publish(copy)
+            return True
+        with self._store.atomic():  # evictions, their dead copies and the new message
+            error = make_room(queue, copy)
+            if error is None:
+                queue.publish(copy)
+        return error is None

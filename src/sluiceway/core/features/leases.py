@@ -21,19 +21,32 @@ out twice.
 
 Expiry is checked by the broker's tick, and also whenever a lease is read or acknowledged, so an
 acknowledgement after the deadline is refused (410) even before the tick runs.
+
+A lease's messages left the queue's pending list but not the queue: `LeasedMessages` keeps the
+first ones in memory and, once the broker's memory ledger is over `imq.swap.threshold`, writes
+the rest to the swap area in chunks; reading a lease again reads the chunks back without removing
+them. `LeaseReader` is the subscription a lease read (SUBSCRIBE with `lease:GROUP/N`) creates: it
+sends the lease's messages in order, each with a `lease` header, without consuming them, then the
+end marker with the lease's state.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from sluiceway.core.features.leased import LeasedMessages
-from sluiceway.core.model.destination import Destination, Queue
-from sluiceway.core.values.counts import CountLimit
+from sluiceway.core.containers.spilling import SpillingRun
+from sluiceway.core.model.browsing import BrowserSubscription
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.queue import Queue
+from sluiceway.core.model.registry import DestinationRegistry
+from sluiceway.core.values.clock import Clock
+from sluiceway.core.values.counts import CountLimit, CountRefusals
 from sluiceway.core.values.flow import destination_window
+from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
 from sluiceway.errors import BadRequest, Gone, NotFound, ResourceFull
 from sluiceway.naming import DestinationKind, DestinationName
@@ -45,9 +58,6 @@ from sluiceway.persist.lease_records import (
     LeaseState,
     RecoveredLeases,
 )
-
-if TYPE_CHECKING:
-    from sluiceway.core.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +73,12 @@ class LeaseRead:
     max_messages: int | None = None  # None: the queue's effective consumer flow limit
     max_bytes: int | None = None  # None: imq.lease.max_bytes
     ttl_ms: int | None = None  # None: imq.lease.ttl
+
+
+class LeasedMessages(SpillingRun):
+    """A lease's messages, in the order they left the queue (queue order)."""
+
+    __slots__ = ()
 
 
 class Lease:
@@ -135,8 +151,17 @@ class LeaseView:
 class Leases:
     """Every lease group of the broker, by queue and group name."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(
+        self,
+        config: LiveConfig,
+        registry: DestinationRegistry,
+        clock: Clock,
+        refusals: CountRefusals,
+    ) -> None:
+        self._config = config
+        self._registry = registry
+        self._clock = clock
+        self._refusals = refusals
         self._groups: dict[tuple[DestinationName, str], LeaseGroup] = {}
         self._group_counts: dict[DestinationName, int] = {}  # groups by queue
         self._next_id = 1  # lease ids are never reused: journal marks name them
@@ -157,7 +182,7 @@ class Leases:
         return max(self._group_counts.values(), default=0)
 
     def _now(self) -> int:
-        return self._broker.clock.time_ms()
+        return self._clock.time_ms()
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -187,10 +212,10 @@ class Leases:
 
     def _check_new_group(self, queue: Queue, lease: str) -> None:
         """Refuse a new group on `queue` beyond imq.lease.max_groups (before anything is made)."""
-        limit = self._broker.config.lease_max_groups
+        limit = self._config.current.lease_max_groups
         count = self.group_count(queue.name)
         if count >= limit:
-            raise self._broker.refusals.refuse(
+            raise self._refusals.refuse(
                 CountLimit.LEASE_GROUPS,
                 limit,
                 "too many lease groups",
@@ -208,7 +233,7 @@ class Leases:
             self._group_counts[group.queue] = self.group_count(group.queue) + 1
 
     def _create(self, queue: Queue, group: LeaseGroup, request: LeaseRead) -> Lease:
-        config = self._broker.config
+        config = self._config.current
         if len(group.open) >= config.lease_max_open:
             raise ResourceFull(
                 "too many open leases",
@@ -335,7 +360,7 @@ class Leases:
         group, queue = lease.group, lease.queue
         del group.open[lease.number]
         self._open -= 1
-        group.remember(lease.number, lease.lease_id, state, self._broker.config.lease_max_open)
+        group.remember(lease.number, lease.lease_id, state, self._config.current.lease_max_open)
         lease.state = state
         # The end first: a crash before every REMOVE is written completes them at recovery.
         queue.store.lease_ended(lease.lease_id, state)
@@ -375,7 +400,7 @@ class Leases:
                     lease.number,
                     lease.lease_id,
                     LeaseState.EXPIRED,
-                    self._broker.config.lease_max_open,
+                    self._config.current.lease_max_open,
                 )
                 lease.state = LeaseState.EXPIRED
                 queue.store.lease_ended(lease.lease_id, LeaseState.EXPIRED)
@@ -399,7 +424,7 @@ class Leases:
         """After a restart (the queues' messages are recovered already): the lease groups, the
         open leases with their messages, and the consumption of any message whose lease was
         acknowledged just before a crash."""
-        keep = self._broker.config.lease_max_open
+        keep = self._config.current.lease_max_open
         self._next_id = max(self._next_id, recovered.next_id)
         # Lease id -> the queue and the lease its recovered messages go to (None: consumed).
         holders: dict[int, tuple[Queue, Lease | None]] = {}
@@ -407,7 +432,7 @@ class Leases:
             name = DestinationName(DestinationKind.QUEUE, queue_name)
             group = LeaseGroup(name, group_name)
             group.high = record.high
-            queue = self._broker.registry.get(name)
+            queue = self._registry.get(name)
             for number, (lease_id, state) in record.finished.items():
                 group.remember(number, lease_id, state, keep)
                 if state is LeaseState.ACKNOWLEDGED and isinstance(queue, Queue):
@@ -427,7 +452,7 @@ class Leases:
 
     def _reopen(self, record: LeaseRecord) -> Lease:
         name = DestinationName(DestinationKind.QUEUE, record.queue)
-        queue = self._broker.registry.recovered(name)
+        queue = self._registry.recovered(name)
         assert isinstance(queue, Queue)
         group = self._groups.get((name, record.group))
         if group is None:
@@ -450,7 +475,7 @@ class Leases:
         return lease
 
     def _warn_over_limit(self) -> None:
-        limit = self._broker.config.lease_max_groups
+        limit = self._config.current.lease_max_groups
         for queue, count in self._group_counts.items():
             if count > limit:
                 log.warning(
@@ -488,3 +513,58 @@ class Leases:
                 queue.name,
                 len(consumed),
             )
+
+
+class LeaseReader(BrowserSubscription):
+    """A lease read: the lease's messages, each labelled `lease:GROUP/N`, then the end marker
+    (`lease`, `lease-state`, `lease-count`, `lease-expires` and the range read's headers)."""
+
+    __slots__ = ("_index", "_lease", "_name", "_state")
+
+    def _setup(self) -> None:
+        super()._setup()
+        self._index = 0  # position in the lease of the next message to send
+        self._lease: Lease | None = None
+        self._name = ""
+        self._state = LeaseState.EXPIRED
+
+    def show(self, name: str, state: LeaseState, lease: Lease | None) -> None:
+        """What this read answers: lease `name`, in `state`, with `lease` when it is open."""
+        self._name, self._state, self._lease = name, state, lease
+        if lease is None or not len(lease.messages):
+            # Nothing is returned: a following read by sequence would start after the head.
+            self._from = self.destination.last_seq + 1
+
+    def fill(self) -> None:
+        while not self._done and self.ready():
+            lease = self._lease
+            batch = []
+            if lease is not None and lease.state is LeaseState.OPEN:
+                batch = lease.messages.read_at(self._index, self._room())
+            if not batch:
+                self._finish()
+                return
+            for message in batch:
+                self._index += 1
+                self.stage_seen(_labelled(message, self._name))
+
+    def end_headers(self) -> list[tuple[str, str]]:
+        lease = self._lease
+        # A lease acknowledged or expired while it was being read reports what it is now.
+        state = lease.state if lease is not None else self._state
+        open_now = lease is not None and state is LeaseState.OPEN
+        return [
+            *super().end_headers(),
+            ("lease", self._name),
+            ("lease-state", state.value),
+            ("lease-count", str(len(lease.messages) if lease is not None and open_now else 0)),
+            ("lease-expires", str(lease.expires if lease is not None else 0)),
+        ]
+
+
+def _labelled(message: Message, name: str) -> Message:
+    """A copy of `message` to write, carrying its lease's name; the journal bookkeeping stays
+    with the original, which the lease keeps."""
+    return dataclasses.replace(
+        message, headers=(("lease", name), *message.headers), location=0, marks=None
+    )

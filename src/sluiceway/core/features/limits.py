@@ -23,7 +23,10 @@ import enum
 from dataclasses import dataclass
 
 from sluiceway.config import BrokerConfig, LimitBehavior
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.values.fullness import Fullness
 from sluiceway.core.values.memory import SystemCounts
+from sluiceway.core.values.message import Message
 from sluiceway.errors import BrokerError, EntityTooLarge, ResourceFull
 
 
@@ -41,22 +44,6 @@ class Admission:
 
 
 ACCEPT = Admission(Verdict.ACCEPT)
-
-
-@dataclass(slots=True, init=False)
-class Fullness:
-    """How full a destination is for a new message: its count and bytes against its limits.
-
-    Not frozen (one is made per message; a frozen one takes three times as long to make), and
-    never changed once made. Its __init__ is written out: a generated one stays interpreted
-    Python in the compiled build."""
-
-    count: int
-    bytes: int
-
-    def __init__(self, count: int, bytes: int) -> None:
-        self.count = count
-        self.bytes = bytes
 
 
 def check_size(destination: str, size: int, config: BrokerConfig, max_per_msg: int) -> None:
@@ -120,3 +107,33 @@ def _full(destination: str, limit: str, value: int, unit: str) -> ResourceFull:
         limit=limit,
         limit_value=str(value),
     )
+
+
+def make_room(destination: Destination, message: Message) -> BrokerError | None:
+    """REMOVE_OLDEST / REMOVE_LOW_PRIORITY: evict from `destination` until `message` fits;
+    the error to give when it cannot (the caller holds the store's atomic block)."""
+    settings = destination.settings
+    lowest = settings.limit_behavior is LimitBehavior.REMOVE_LOW_PRIORITY
+    alone = destination_verdict(
+        destination.name.path,
+        message.size,
+        Fullness(0, 0),
+        max_count=settings.max_num_msgs,
+        max_bytes=settings.max_total_msg_bytes,
+        behavior=LimitBehavior.REJECT_NEWEST,
+    )
+    if alone.error is not None:
+        return alone.error  # it would not fit in the empty destination: evict nothing
+    while True:
+        verdict = destination_verdict(
+            destination.name.path,
+            message.size,
+            destination.fullness(),
+            max_count=settings.max_num_msgs,
+            max_bytes=settings.max_total_msg_bytes,
+            behavior=LimitBehavior.REJECT_NEWEST,
+        )
+        if verdict.verdict is Verdict.ACCEPT:
+            return None
+        if not destination.evict_one(lowest_priority=lowest):
+            return verdict.error  # what fills it cannot be evicted (being delivered)

@@ -22,28 +22,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from sluiceway.config import BrokerConfig, LimitBehavior
-from sluiceway.core.features import dead_letters as dmq
-from sluiceway.core.features.disk import DiskPressure
+from sluiceway.config import LimitBehavior
+from sluiceway.core.features.disk import DiskGuard, DiskPressure
 from sluiceway.core.features.limits import (
     Admission,
-    Fullness,
     Verdict,
     check_system,
     destination_verdict,
+    make_room,
 )
+from sluiceway.core.model.context import Context
 from sluiceway.core.model.destination import Destination
-from sluiceway.core.model.holding import HeldProducer, HeldSend, HoldTimes
+from sluiceway.core.model.holding import HeldProducer, HeldQueue, HeldSend, HoldTimes
+from sluiceway.core.model.registry import DestinationRegistry
+from sluiceway.core.values.fullness import Fullness
+from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.memory import MESSAGE_OVERHEAD, MemoryLevel, SystemCounts
 from sluiceway.core.values.message import Message
 from sluiceway.core.values.throttle import Throttle
 from sluiceway.errors import BrokerError, ResourceFull
-
-if TYPE_CHECKING:
-    from sluiceway.core.broker import Broker
-    from sluiceway.core.connection import CoreConnection
 
 log = logging.getLogger(__name__)
 
@@ -52,41 +51,56 @@ Publish = Callable[[Message], None]  # where an admitted message goes
 MAX_BATCH = 1000  # Open MQ's imq.producer.maxBatch
 
 
+class Producer(Protocol):
+    """What producer control uses of a connection that sends (core.connection)."""
+
+    number: int
+    held: HeldQueue  # its SENDs held, in order
+    produced_to: set[Destination]  # the destinations it is a producer of
+    credit: int  # SENDs before the broker measures its memory level again
+    credit_bytes: int
+
+
 class ProducerControl:
     """Admission, holding and release of the messages producers send."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self._context = broker.context
-        self._ledger = broker.ledger
-        self._disk = broker.disk
-        self._clock = broker.clock
-        self.configure(broker.config)
+    def __init__(
+        self,
+        config: LiveConfig,
+        context: Context,
+        registry: DestinationRegistry,
+        disk: DiskGuard,
+    ) -> None:
+        self._config = config
+        self._context = context
+        self._registry = registry
+        self._ledger = context.ledger
+        self._disk = disk
+        self._clock = context.clock
+        # Raised by whatever may let held SENDs go: room freed in a destination, a change here.
+        self._room = context.room
+        self._room.raised = True
         # Connections with held SENDs, in the order they were first held (insertion order).
-        self._order: dict[CoreConnection, None] = {}
+        self._order: dict[Producer, None] = {}
         self._throttled: set[Destination] = set()
-        self._dirty = False  # something changed that may let held SENDs go
         self._settling = False
         self.hold_times = HoldTimes()
-        self._context.hooks.room = self._room
-        self._context.hooks.dead = self._dead
 
-    def configure(self, config: BrokerConfig) -> None:
-        """Take the limits, throttling and hold settings of `config` (at start, `update bkr`)."""
-        self._config = config
-        self.throttle = Throttle(
+    @property
+    def throttle(self) -> Throttle:
+        """The throttling thresholds of the current configuration."""
+        config = self._config.current
+        return Throttle(
             config.throttling_server_threshold,
             config.throttling_destination_threshold,
             config.throttling_lag,
         )
-        self._hold_timeout = config.hold_timeout_ms / 1000
-        self._dirty = True
 
     # -- producing -----------------------------------------------------------------------------
 
     def produce(
         self,
-        connection: CoreConnection,
+        connection: Producer,
         destination: Destination,
         message: Message,
         *,
@@ -122,7 +136,7 @@ class ProducerControl:
             self._dropped(destination, error)
         return None
 
-    def register(self, connection: CoreConnection, destination: Destination) -> None:
+    def register(self, connection: Producer, destination: Destination) -> None:
         """`connection` becomes a producer of `destination` (maxNumProducers; RED refuses)."""
         if connection.number in destination.producers:
             return
@@ -131,7 +145,7 @@ class ProducerControl:
         destination.add_producer(connection.number)
         connection.produced_to.add(destination)
 
-    def _spend_credit(self, connection: CoreConnection, size: int) -> None:
+    def _spend_credit(self, connection: Producer, size: int) -> None:
         """Memory levels pace producers (Open MQ's per-connection producer credit): the broker
         measures its memory again once a connection has sent its level's count of messages, or
         a quarter of the bytes left below RED, whichever comes first, and at every SEND from
@@ -171,7 +185,7 @@ class ProducerControl:
             return Admission(Verdict.HOLD if disk.holding else Verdict.REJECT, error)
         path, size = destination.name.path, message.size
         try:
-            check_system(path, size, self._config, self._context.system)
+            check_system(path, size, self._config.current, self._context.system)
         except BrokerError as exc:
             # Kept, not raised here: its traceback would keep this frame (and the message)
             # alive in a reference cycle until the garbage collector runs.
@@ -200,58 +214,15 @@ class ProducerControl:
         if admission.verdict is Verdict.ACCEPT:
             publish(message)
             return None
-        with self._broker.store.atomic():  # evictions, their dead copies and the new message
-            error = self._evict(destination, message)
+        with self._context.store.atomic():  # evictions, their dead copies and the new message
+            error = make_room(destination, message)
             if error is None:
                 publish(message)
         return error
 
-    def _evict(self, destination: Destination, message: Message) -> BrokerError | None:
-        """REMOVE_OLDEST / REMOVE_LOW_PRIORITY: evict until `message` fits."""
-        settings = destination.settings
-        lowest = settings.limit_behavior is LimitBehavior.REMOVE_LOW_PRIORITY
-        alone = destination_verdict(
-            destination.name.path,
-            message.size,
-            Fullness(0, 0),
-            max_count=settings.max_num_msgs,
-            max_bytes=settings.max_total_msg_bytes,
-            behavior=LimitBehavior.REJECT_NEWEST,
-        )
-        if alone.error is not None:
-            return alone.error  # it would not fit in the empty destination: evict nothing
-        while True:
-            verdict = destination_verdict(
-                destination.name.path,
-                message.size,
-                destination.fullness(),
-                max_count=settings.max_num_msgs,
-                max_bytes=settings.max_total_msg_bytes,
-                behavior=LimitBehavior.REJECT_NEWEST,
-            )
-            if verdict.verdict is Verdict.ACCEPT:
-                return None
-            if not destination.evict_one(lowest_priority=lowest):
-                return verdict.error  # what fills it cannot be evicted (being delivered)
-
     def _dropped(self, destination: Destination, error: BrokerError) -> None:
         destination.stats.dropped += 1
         log.debug("dropped a non-persistent message without receipt: %s", error)
-
-    def publish_internal(self, destination: Destination, message: Message) -> bool:
-        """Publish a message the broker makes itself (a dead copy): no system limits, eviction
-        by the destination's behaviour, never held. False if it could not be kept."""
-        admission = destination_verdict(
-            destination.name.path,
-            message.size,
-            destination.fullness(),
-            max_count=destination.settings.max_num_msgs,
-            max_bytes=destination.settings.max_total_msg_bytes,
-            behavior=destination.settings.limit_behavior,
-        )
-        if admission.verdict is Verdict.HOLD:
-            admission = Admission(Verdict.EVICT)
-        return self._apply(destination, message, admission) is None
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -271,7 +242,7 @@ class ProducerControl:
         planned: dict[Destination, Fullness] = {}
         for destination, message in sends:
             path = destination.name.path
-            check_system(path, message.size, self._config, system)
+            check_system(path, message.size, self._config.current, system)
             system.add(message.size)
             settings = destination.settings
             current = planned.get(destination) or destination.fullness()
@@ -308,7 +279,7 @@ class ProducerControl:
 
     def _hold(
         self,
-        connection: CoreConnection,
+        connection: Producer,
         destination: Destination,
         message: Message,
         report: bool,
@@ -323,7 +294,7 @@ class ProducerControl:
             report=report,
             reason=reason,
             since=now,
-            deadline=now + self._hold_timeout,
+            deadline=now + self._config.current.hold_timeout_ms / 1000,
             into=into,
         )
         if not connection.held:
@@ -349,27 +320,25 @@ class ProducerControl:
                 return head.reason
         return None
 
-    def hold_full(self, connection: CoreConnection) -> bool:
+    def hold_full(self, connection: Producer) -> bool:
         """The connection holds as many SENDs as it may: stop reading it."""
         held = connection.held
-        config = self._config
+        config = self._config.current
         return len(held) >= config.hold_max_messages or held.bytes >= config.hold_max_bytes
 
-    def _room(self, destination: Destination) -> None:
-        self._dirty = True
-
     def changed(self) -> None:
-        """Something an operator changed (a limit, a pause) may let held SENDs go."""
-        self._dirty = True
+        """Something an operator changed (a limit, a pause, a setting) may let held SENDs go."""
+        self._room.raised = True
 
     def settle(self) -> None:
         """Release what can go now. Called after every operation that may have made room."""
-        if not self._dirty or self._settling:
+        room = self._room
+        if not room.raised or self._settling:
             return
         self._settling = True
         try:
-            while self._dirty:
-                self._dirty = False
+            while room.raised:
+                room.raised = False
                 for destination in list(self._throttled):
                     self.review_throttle(destination)
                 if not self._order:
@@ -430,14 +399,15 @@ class ProducerControl:
         return ResourceFull(
             "send held too long",
             f"a SEND to {send.destination.name} was held for {now - send.since:.1f} s, the limit "
-            f"set by imq.producer.hold.timeout ({self._config.hold_timeout_ms} ms), waiting for: "
+            f"set by imq.producer.hold.timeout ({self._config.current.hold_timeout_ms} ms), "
+            f"waiting for: "
             f"{reason}",
             destination=send.destination.name.path,
             limit=reason.limit,
             limit_value=reason.limit_value,
         )
 
-    def forget(self, connection: CoreConnection) -> int:
+    def forget(self, connection: Producer) -> int:
         """The connection closed: drop what it had held (nobody is left to tell); return how
         many; it stops being a producer."""
         self._order.pop(connection, None)
@@ -489,10 +459,10 @@ class ProducerControl:
     def review(self) -> None:
         """Periodic (every broker tick): decide which destinations are throttled."""
         if self.throttle.enabled:
-            for destination in self._broker.registry:
+            for destination in self._registry:
                 if destination.producers or destination.throttled:
                     self.review_throttle(destination)
-        self._dirty = True
+        self._room.raised = True
 
     def review_throttle(self, destination: Destination) -> None:
         throttled = self.throttle.decide(
@@ -510,7 +480,7 @@ class ProducerControl:
             )
         else:
             self._throttled.discard(destination)
-            self._dirty = True
+            self._room.raised = True
             log.info(
                 "producers of %s no longer throttled: %d undelivered, broker holds %d messages",
                 destination.name,
@@ -543,33 +513,6 @@ class ProducerControl:
             limit="imq.memory.budget",
             limit_value=str(budget),
         )
-
-    # -- dead messages -------------------------------------------------------------------------
-
-    def _dead(self, source: Destination, message: Message, reason: str, comment: str) -> None:
-        broker = self._broker
-        if self._config.log_dead_messages:
-            log.info("dead message %s from %s: %s (%s)", message.id, source.name, reason, comment)
-        target = broker.registry.get(dmq.DMQ_NAME)
-        if target is None:
-            return
-        copy = dmq.dead_copy(
-            message,
-            message_id=broker.new_message_id(),
-            reason=reason,
-            comment=comment,
-            now_ms=self._clock.time_ms(),
-            broker=broker.instance_id,
-            truncate=self._config.dmq_truncate_body,
-        )
-        if not self.publish_internal(target, copy):
-            log.warning(
-                "dead message %s from %s (%s) is larger than the dead message queue and was "
-                "discarded",
-                message.id,
-                source.name,
-                reason,
-            )
 
 
 def _batch(destination: Destination) -> int:

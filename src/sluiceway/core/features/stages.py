@@ -30,11 +30,14 @@ from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from sluiceway.core.containers.spilling import SpillingRun
 from sluiceway.core.features.producers import Publish
+from sluiceway.core.model.context import Context
 from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.registry import DestinationRegistry
+from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
 from sluiceway.errors import Forbidden
 from sluiceway.naming import DestinationName
@@ -45,9 +48,6 @@ from sluiceway.persist.stage_records import (
     StagedHead,
     StageName,
 )
-
-if TYPE_CHECKING:
-    from sluiceway.core.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -177,10 +177,11 @@ class Unrecorded:
 class StageArea:
     """Every open stage of the broker, and each sink's highest committed batch."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self._context = broker.context
-        self._clock = broker.clock
+    def __init__(self, config: LiveConfig, context: Context, registry: DestinationRegistry) -> None:
+        self._config = config
+        self._context = context
+        self._registry = registry
+        self._clock = context.clock
         self.recorder: StageRecorder = Unrecorded()
         self._by_id: dict[int, Stage] = {}
         self._batches: dict[tuple[str, int], dict[str, Stage]] = {}  # (sink, batch) -> task
@@ -385,19 +386,18 @@ class StageArea:
 
     def _drop(self, stages: list[Stage]) -> None:
         """The messages of `stages` are gone: their room is free, held producers may go on."""
-        hooks = self._context.hooks
         for stage in stages:
             stage.messages.discard()
             for destination, totals in stage.totals.items():
                 self._counted(destination, -totals.count, -totals.bytes)
-                hooks.room(destination)
+                self._context.room.raised = True
 
     # -- recovery (core.stage_journal) ---------------------------------------------------------
 
     def restore(self, stage: OpenStage, head: StagedHead, message: Message) -> None:
         """A message of an open stage, read back from the journal at start-up, in send order."""
         restored = self._by_id.get(stage.stage_id) or self._register(stage.stage_id, stage.name)
-        destination = self._broker.registry.recovered(message.destination)
+        destination = self._registry.recovered(message.destination)
         totals = restored.totals.get(destination)
         if totals is None:
             totals = restored.totals[destination] = _Totals()
@@ -425,7 +425,7 @@ class StageArea:
         self.committed[sink] = batch
         if lsn:
             self._commit_lsn[sink] = lsn
-        while len(self.committed) > self._broker.config.stage_max_sinks:
+        while len(self.committed) > self._config.current.stage_max_sinks:
             oldest = next(iter(self.committed))
             del self.committed[oldest]
             self._commit_lsn.pop(oldest, None)

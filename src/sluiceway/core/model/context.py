@@ -1,30 +1,51 @@
-"""What every destination needs from the broker: time, the store, memory and message accounting,
-swap, and the broker's own reactions (dead messages, freed room)."""
+"""What every destination shares with the rest of the broker: time, the store, memory and message
+accounting, swap, and where its effects on others go (dead messages, freed room).
+
+Destinations sit below the features that react to them (producer control, the dead message
+queue), so they do not call those features: a dead message goes to a `DeadEnd` given when the
+context is made, and freed room raises a `RoomSignal` that producer control reads."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sluiceway.core.containers.pending import PendingList, Spill
 from sluiceway.core.model.store import MemoryStore, MessageStore
 from sluiceway.core.values.clock import Clock, SystemClock
 from sluiceway.core.values.memory import MemoryLedger, SystemCounts
 from sluiceway.core.values.message import Message
-
-if TYPE_CHECKING:
-    from sluiceway.core.model.destination import Destination
+from sluiceway.naming import DestinationName
 
 
-class Hooks:
-    """What destinations ask the broker to do; the broker sets these when it starts."""
+class DeadEnd(Protocol):
+    """Where a message that will never be delivered goes (core.dead_letters)."""
+
+    def dead(self, source: DestinationName, message: Message, reason: str, comment: str) -> None:
+        """`message` of `source` became dead (expired, evicted, delivered too often)."""
+        ...
+
+
+class NoDeadEnd:
+    """Dead messages are counted and go nowhere: the dead message queue's own, whose messages
+    never make dead copies, and a context made without a dead message queue."""
+
+    def dead(self, source: DestinationName, message: Message, reason: str, comment: str) -> None:
+        pass
+
+
+class RoomSignal:
+    """Raised when held SENDs may go on: a destination may have room again, or a setting that
+    holds them changed. Producer control lowers it when it has looked (core.producers).
+
+    A flag, not a callback: a message leaving a destination raises it, which happens for every
+    message consumed, and setting a field costs less than calling out."""
+
+    __slots__ = ("raised",)
 
     def __init__(self) -> None:
-        # A message became dead (expired, evicted, delivered too often): reason, comment.
-        self.dead: Callable[[Destination, Message, str, str], None] = lambda d, m, r, c: None
-        # A destination may have room again: held producers may go on.
-        self.room: Callable[[Destination], None] = lambda d: None
+        self.raised = False
 
 
 class Batch:
@@ -67,8 +88,22 @@ class Context:
     ledger: MemoryLedger = field(default_factory=MemoryLedger)
     spill: Spill | None = None  # None: pending messages always stay in memory
     system: SystemCounts = field(default_factory=SystemCounts)
-    hooks: Hooks = field(default_factory=Hooks)
     batch: Batch = field(default_factory=Batch)
+    room: RoomSignal = field(default_factory=RoomSignal)
+    dead_end: DeadEnd = field(default_factory=NoDeadEnd)
+
+    def with_dead_end(self, dead_end: DeadEnd) -> Context:
+        """This context, sharing everything, but with dead messages going to `dead_end`."""
+        return Context(
+            self.clock,
+            self.store,
+            self.ledger,
+            self.spill,
+            self.system,
+            self.batch,
+            self.room,
+            dead_end,
+        )
 
     def pending_list(self) -> PendingList:
         return PendingList(self.ledger, self.spill)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from sluiceway.config import BrokerConfig, DestinationSettings
+from sluiceway.config import DestinationSettings
 from sluiceway.core.model.context import Context
-from sluiceway.core.model.destination import Destination, Queue, Topic
+from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.queue import Queue
+from sluiceway.core.model.topic import Topic
+from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.errors import Forbidden, NotFound
 from sluiceway.naming import DestinationKind, DestinationName
 
@@ -14,13 +17,13 @@ from sluiceway.naming import DestinationKind, DestinationName
 class DestinationRegistry:
     """Looks destinations up by name, creating them on first use when `imq.autocreate.*` allows."""
 
-    def __init__(self, config: BrokerConfig, context: Context) -> None:
+    def __init__(self, config: LiveConfig, context: Context) -> None:
         self._config = config
         self._context = context
         # Keyed by path (`/queue/NAME`): a string keeps its hash, where DestinationName's
         # __hash__ is Python code run at every lookup, and a lookup comes with every SEND.
         self._destinations: dict[str, Destination] = {}
-        for definition in config.destinations:
+        for definition in config.current.destinations:
             self.create(DestinationName(definition.kind, definition.name), definition.settings)
 
     def __iter__(self) -> Iterator[Destination]:
@@ -36,13 +39,13 @@ class DestinationRegistry:
         """Create destination `name` with `settings` (it must not exist yet)."""
         assert name.path not in self._destinations
         cls = Queue if name.kind is DestinationKind.QUEUE else Topic
-        destination = cls(name, settings, self._context)
-        self._destinations[name.path] = destination
-        return destination
+        return self.add(cls(name, settings, self._context))
 
-    def configure(self, config: BrokerConfig) -> None:
-        """Take new auto-create settings (`update bkr`); existing destinations keep theirs."""
-        self._config = config
+    def add(self, destination: Destination) -> Destination:
+        """Register `destination`, made elsewhere (the dead message queue, core.dead_letters)."""
+        assert destination.name.path not in self._destinations
+        self._destinations[destination.name.path] = destination
+        return destination
 
     def remove(self, name: DestinationName) -> None:
         del self._destinations[name.path]
@@ -52,7 +55,7 @@ class DestinationRegistry:
         (with the auto-create settings) if the configuration does not define it."""
         destination = self._destinations.get(name.path)
         if destination is None:
-            destination = self.create(name, self._config.autocreate_settings(name.kind))
+            destination = self.create(name, self._config.current.autocreate_settings(name.kind))
         return destination
 
     def resolve(self, name: DestinationName) -> Destination:
@@ -66,10 +69,10 @@ class DestinationRegistry:
                 f"destination {name} cannot be created: names beginning with 'mq.' are reserved "
                 "for the broker",
             )
-        if not self._config.autocreate_enabled(name.kind):
+        if not self._config.current.autocreate_enabled(name.kind):
             raise NotFound(
                 "no such destination",
                 f"destination {name} does not exist and imq.autocreate.{name.kind.value} is false; "
                 "an administrator must create it first",
             )
-        return self.create(name, self._config.autocreate_settings(name.kind))
+        return self.create(name, self._config.current.autocreate_settings(name.kind))
