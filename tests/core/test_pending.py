@@ -37,8 +37,8 @@ from sluiceway.core.containers.pending import (
 )
 from sluiceway.core.values.memory import MemoryLedger, message_cost
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.message_codec import encode_message
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.persist.records import encode_message
 from sluiceway.persist.swap import SwapArea
 from tests.core.helpers import message_fields as fields
 from tests.core.swapping import SEGMENT_SIZE, assert_swap_empty

@@ -31,11 +31,12 @@ from sluiceway.core.model.context import Context
 from sluiceway.core.model.destination import Destination, Queue, Topic
 from sluiceway.core.model.durable import DurableState
 from sluiceway.core.model.registry import DestinationRegistry
-from sluiceway.core.model.store import MemoryStore, MessageStore
+from sluiceway.core.model.store import MemoryStore, MessageStore, StoreWriteError
 from sluiceway.core.model.subscription import MessageFilter
 from sluiceway.core.values.clock import Clock, SystemClock
 from sluiceway.core.values.connection_counts import ConnectionCounts
 from sluiceway.core.values.counts import CountRefusals
+from sluiceway.core.values.durable_record import DurableRecord
 from sluiceway.core.values.flow import ConnectionFlow
 from sluiceway.core.values.memory import MemoryLedger, MemoryLevel, level_policy, swap_point
 from sluiceway.core.values.selector import compile_selector
@@ -48,13 +49,6 @@ from sluiceway.errors import (
     ResourceFull,
 )
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.lease_records import encode_lease_snapshot
-from sluiceway.persist.records import DurableRecord, RecordType
-from sluiceway.persist.replay import Recovery
-from sluiceway.persist.restoring import Restorer
-from sluiceway.persist.segments import JournalWriteError
-from sluiceway.persist.stage_journal import StageJournal
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +97,6 @@ class Broker:
         self.leases = Leases(self)
         # Stages: batches published exactly once (same document).
         self.stages = StageArea(self)
-        if isinstance(self.store, JournalStore):
-            self.store.set_snapshot(self._snapshot)
-            self.store.add_snapshot_part(self._lease_snapshot)
-            StageJournal(self.store, self.stages)
         self.connections: dict[int, CoreConnection] = {}
         self._next_connection = 0
         # The STOMP connections every listener accepted, counted against their limits.
@@ -119,41 +109,26 @@ class Broker:
         self._next_message = 0
         self._last_sweep = self.clock.monotonic()
 
-    def recover(self) -> Recovery | None:
-        """Read back what the journal holds (None for an in-memory store). Call once, first."""
-        if not isinstance(self.store, JournalStore):
-            return None
-        restorer = Restorer(self.registry)
-        recovery = self.store.recover(restorer.message, restorer.encoded)
-        restorer.finish()
-        for name, seq in recovery.seqs.items():
-            self.registry.recovered(name).resume_seq(seq)
-        for recovered in recovery.durables.values():
-            record = recovered.record
-            topic = self.registry.recovered(DestinationName(DestinationKind.TOPIC, record.topic))
-            assert isinstance(topic, Topic)
-            state = DurableState(record, _selector(record.selector))
-            state.acked_ahead = recovered.acked
-            state.deliveries = recovered.delivered
-            topic.add_durable(state)
-            self.durables[state.key] = topic
-            self._next_durable_id = max(self._next_durable_id, record.sub_id)
-        self.cursors.restore(recovery.leases.cursors, self.config.cursor_max_groups)
-        self.leases.restore(recovery.leases)
-        # Measured before the first SEND: a disk already low holds producers from the start.
-        self.store.watch_disk(self.disk)
-        return recovery
+    def restore_durable(
+        self, record: DurableRecord, acked: set[int], delivered: dict[int, int]
+    ) -> None:
+        """A durable subscription the store held, back on its topic (at start-up, while the
+        store recovers: core.model.store.Restore)."""
+        topic = self.registry.recovered(DestinationName(DestinationKind.TOPIC, record.topic))
+        assert isinstance(topic, Topic)
+        state = DurableState(record, _selector(record.selector))
+        state.acked_ahead = acked
+        state.deliveries = delivered
+        topic.add_durable(state)
+        self.durables[state.key] = topic
+        self._next_durable_id = max(self._next_durable_id, record.sub_id)
 
-    def _snapshot(self) -> tuple[list[tuple[DestinationName, int]], list[DurableRecord]]:
-        """What a new journal segment starts with: the state older segments may no longer hold."""
+    def snapshot(self) -> tuple[list[tuple[DestinationName, int]], list[DurableRecord]]:
+        """The state a store restates when it starts afresh (a journal's new segment): the
+        sequence numbers spoken for, and the durable subscriptions."""
         seqs = [(d.name, d.reserved_seq) for d in self.registry if d.reserved_seq]
         durables = [topic.durables[key].record for key, topic in self.durables.items()]
         return seqs, durables
-
-    def _lease_snapshot(self) -> tuple[RecordType, bytes]:
-        """The cursors and lease groups a new journal segment starts with, after _snapshot."""
-        snapshot = self.leases.snapshot(self.cursors.records())
-        return RecordType.LEASE_SNAPSHOT, encode_lease_snapshot(snapshot)
 
     # -- durable subscriptions ------------------------------------------------------------------
 
@@ -411,7 +386,7 @@ class Broker:
             topic.trim()
         try:
             return self.store.compact()
-        except JournalWriteError as exc:
+        except StoreWriteError as exc:
             raise ResourceFull(f"disk {self.disk.level.name.lower()}", str(exc)) from None
 
     def sweep_expired(self) -> int:

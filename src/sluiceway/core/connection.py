@@ -22,6 +22,7 @@ from sluiceway.core.features.transaction import OpenTransactions
 from sluiceway.core.model.destination import Destination, Queue, Topic
 from sluiceway.core.model.durable import DurableState, DurableSubscription
 from sluiceway.core.model.holding import HeldQueue, HeldSend
+from sluiceway.core.model.store import StoreError
 from sluiceway.core.model.subscription import (
     AckMode,
     BrowserSubscription,
@@ -36,7 +37,6 @@ from sluiceway.core.values.flow import ConnectionFlow, ConsumerFlow
 from sluiceway.core.values.message import Message
 from sluiceway.errors import BadRequest, BrokerError, Conflict, InternalError, ResourceFull
 from sluiceway.naming import DestinationName
-from sluiceway.persist.segments import JournalError
 
 if TYPE_CHECKING:
     from sluiceway.core.broker import Broker
@@ -501,7 +501,7 @@ class CoreConnection:
             self.transactions.pop(tx_id).abort()
             cause = (
                 "the journal could not write its records"
-                if isinstance(exc, JournalError)
+                if isinstance(exc, StoreError)
                 else "the broker failed internally"
             )
             raise InternalError(

@@ -34,15 +34,16 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
-from sluiceway.core.features.disk import DiskGuard, DiskLevel, observe_journal
+from sluiceway.core.features.disk import DiskGuard, DiskLevel
+from sluiceway.core.model.store import Restore
 from sluiceway.core.values.clock import SystemClock
+from sluiceway.core.values.durable_record import DurableRecord
+from sluiceway.core.values.leasing import CursorRecord, LeaseRecord, LeaseState
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.message_codec import encode_message
 from sluiceway.naming import DestinationName
 from sluiceway.persist.journal import Journal
 from sluiceway.persist.lease_records import (
-    CursorRecord,
-    LeaseRecord,
-    LeaseState,
     encode_cursor,
     encode_cursor_end,
     encode_lease,
@@ -51,13 +52,10 @@ from sluiceway.persist.lease_records import (
 )
 from sluiceway.persist.liveness import Liveness
 from sluiceway.persist.records import (
-    DurableRecord,
-    EncodedMessage,
     RecordType,
     encode_durable,
     encode_lsns,
     encode_mark,
-    encode_message,
     encode_position,
     encode_snapshot,
     encode_sub,
@@ -82,6 +80,24 @@ RUN_MAX: Final = 1024  # deliveries (or removals) gathered for one *_RUN record,
 Snapshot = Callable[[], tuple[list[tuple[DestinationName, int]], list[DurableRecord]]]
 # More state a new segment starts with, after the SNAPSHOT: one record (type and payload).
 SnapshotPart = Callable[[], tuple[RecordType, bytes]]
+
+
+def observe_journal(guard: DiskGuard, journal: Journal, *, measure: bool) -> None:
+    """Tell `guard` what `journal` found; with `measure`, and at a write's first failure, the
+    free space too (statvfs)."""
+    space = None
+    if measure or (journal.write_error is not None and guard.level < DiskLevel.FULL):
+        try:
+            space = journal.free_space()
+        except OSError:
+            space = (-1, -1)  # not measurable (the directory vanished?): write errors still tell
+    guard.observe(
+        journal.bytes_written,
+        write_error=journal.write_error,
+        backlog=journal.waiting_bytes,
+        failure=journal.failure,
+        space=space,
+    )
 
 
 class JournalStore:
@@ -553,14 +569,10 @@ class JournalStore:
 
     # -- recovery ---------------------------------------------------------------------------------
 
-    def recover(
-        self,
-        deliver: Callable[[Message], None],
-        take_encoded: Callable[[EncodedMessage], bool] | None = None,
-    ) -> Recovery:
-        """Replay the journal (core.replay): `deliver` gets each live message, in order; returns
-        the rest. `take_encoded`, when given, is offered each live ADD's message first,
-        undecoded; one it takes (True) is not decoded, nor given to `deliver`."""
+    def recover(self, restore: Restore) -> Recovery:
+        """Replay the journal (persist.replay) into `restore`: each live message in order (an
+        ADD's offered undecoded first), then the sequence numbers and durable subscriptions.
+        Returns what recovery found, cursors and leases included."""
         self._replay = Replay(
             self.journal,
             self._live,
@@ -570,4 +582,10 @@ class JournalStore:
             drop_mark=self._drop_mark,
             append=self._append,
         )
-        return self._replay.run(deliver, take_encoded)
+        recovery = self._replay.run(restore.message, restore.encoded)
+        restore.finish()
+        for name, seq in recovery.seqs.items():
+            restore.sequence(name, seq)
+        for durable in recovery.durables.values():
+            restore.durable(durable.record, durable.acked, durable.delivered)
+        return recovery

@@ -29,24 +29,22 @@ by a crash completes at the next start instead of leaving a lease half consumed.
 
 from __future__ import annotations
 
-import enum
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
-from sluiceway.persist.records import Reader, RecordError, RecordType
+from sluiceway.core.values.leasing import (
+    CursorRecord,
+    GroupRecord,
+    LeaseRecord,
+    LeaseSnapshot,
+    LeaseState,
+    RecoveredLeases,
+)
+from sluiceway.core.values.message_codec import DecodeError, encode_text
+from sluiceway.persist.records import Reader, RecordType
 
 T = TypeVar("T")
-
-
-class LeaseState(enum.Enum):
-    """What a lease read or acknowledgement reports (the `lease-state` header)."""
-
-    OPEN = "open"
-    ACKNOWLEDGED = "acknowledged"
-    EXPIRED = "expired"  # expired or released before being acknowledged
-
 
 _STATE_CODES: Final = {LeaseState.ACKNOWLEDGED: 1, LeaseState.EXPIRED: 2}
 _CODE_STATES: Final = {code: state for state, code in _STATE_CODES.items()}
@@ -62,7 +60,7 @@ _FINISHED: Final = struct.Struct("<QQB")  # lease id, number, state
 assert (_U8.size, _U16.size, _U32.size, _U64.size, _I64.size) == (1, 2, 4, 8, 8)
 assert (_MARK.size, _END.size, _FINISHED.size) == (24, 9, 17)
 
-# The record types recovery hands to RecoveredLeases.replay (LEASE_MARK is a mark, not state).
+# The record types recovery hands to replay_lease_record (LEASE_MARK is a mark, not state).
 STATE_RECORDS: Final = frozenset(
     {
         RecordType.CURSOR,
@@ -74,62 +72,22 @@ STATE_RECORDS: Final = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class CursorRecord:
-    topic: str
-    group: str
-    position: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseRecord:
-    lease_id: int
-    queue: str
-    group: str
-    number: int
-    expires: int  # ms since the epoch
-
-
-@dataclass
-class GroupRecord:
-    """A lease group as a snapshot restates it: its highest number and its finished leases."""
-
-    queue: str
-    group: str
-    high: int
-    # Lease number -> (lease id, how it ended), oldest first.
-    finished: dict[int, tuple[int, LeaseState]] = field(default_factory=dict)
-
-
-@dataclass
-class LeaseSnapshot:
-    next_id: int
-    cursors: list[CursorRecord]
-    groups: list[GroupRecord]
-    leases: list[LeaseRecord]
-
-
 # -- writing --------------------------------------------------------------------------------
 
 
-def _text(value: str) -> bytes:
-    data = value.encode()
-    return _U16.pack(len(data)) + data
-
-
 def encode_cursor(record: CursorRecord) -> bytes:
-    return _text(record.topic) + _text(record.group) + _U64.pack(record.position)
+    return encode_text(record.topic) + encode_text(record.group) + _U64.pack(record.position)
 
 
 def encode_cursor_end(topic: str, group: str) -> bytes:
-    return _text(topic) + _text(group)
+    return encode_text(topic) + encode_text(group)
 
 
 def encode_lease(record: LeaseRecord) -> bytes:
     return (
         _U64.pack(record.lease_id)
-        + _text(record.queue)
-        + _text(record.group)
+        + encode_text(record.queue)
+        + encode_text(record.group)
         + _U64.pack(record.number)
         + _I64.pack(record.expires)
     )
@@ -145,8 +103,8 @@ def encode_lease_end(lease_id: int, state: LeaseState) -> bytes:
 
 def _group(record: GroupRecord) -> bytes:
     parts = [
-        _text(record.queue),
-        _text(record.group),
+        encode_text(record.queue),
+        encode_text(record.group),
         _U64.pack(record.high),
         _U32.pack(len(record.finished)),
     ]
@@ -174,7 +132,7 @@ def encode_lease_snapshot(snapshot: LeaseSnapshot) -> bytes:
 def _state(code: int) -> LeaseState:
     state = _CODE_STATES.get(code)
     if state is None:
-        raise RecordError(f"unknown lease state {code}")
+        raise DecodeError(f"unknown lease state {code}")
     return state
 
 
@@ -245,58 +203,19 @@ def decode_lease_snapshot(data: bytes) -> LeaseSnapshot:
 # -- recovery -------------------------------------------------------------------------------
 
 
-@dataclass
-class RecoveredLeases:
-    """Cursors and leases as the journal's first recovery pass finds them."""
+# -- recovery -------------------------------------------------------------------------------
 
-    next_id: int = 0
-    cursors: dict[tuple[str, str], int] = field(default_factory=dict)  # (topic, group) -> position
-    groups: dict[tuple[str, str], GroupRecord] = field(default_factory=dict)  # by (queue, group)
-    open: dict[int, LeaseRecord] = field(default_factory=dict)  # by lease id
-    # The lease that last took each live message (by its ADD's LSN).
-    holders: dict[int, int] = field(default_factory=dict)
 
-    def replay(self, kind: RecordType, payload: bytes) -> None:
-        """Apply one state record (a type in STATE_RECORDS), in journal order."""
-        if kind is RecordType.CURSOR:
-            cursor = decode_cursor(payload)
-            self.cursors[cursor.topic, cursor.group] = cursor.position
-        elif kind is RecordType.CURSOR_END:
-            self.cursors.pop(decode_cursor_end(payload), None)
-        elif kind is RecordType.LEASE:
-            self._opened(decode_lease(payload))
-        elif kind is RecordType.LEASE_END:
-            self._ended(*decode_lease_end(payload))
-        elif kind is RecordType.LEASE_SNAPSHOT:
-            self._restate(decode_lease_snapshot(payload))
-
-    def marked(self, add: int, lease_id: int) -> None:
-        """A LEASE_MARK of a message that is still live at this point of the journal."""
-        self.holders[add] = lease_id
-
-    def keep_live(self, is_live: Callable[[int], bool]) -> None:
-        """After the first pass: forget the holders of messages that were consumed since."""
-        self.holders = {add: lease for add, lease in self.holders.items() if is_live(add)}
-
-    def _group(self, queue: str, group: str) -> GroupRecord:
-        record = self.groups.get((queue, group))
-        if record is None:
-            record = self.groups[queue, group] = GroupRecord(queue, group, 0)
-        return record
-
-    def _opened(self, lease: LeaseRecord) -> None:
-        self.open[lease.lease_id] = lease
-        group = self._group(lease.queue, lease.group)
-        group.high = max(group.high, lease.number)
-        self.next_id = max(self.next_id, lease.lease_id + 1)
-
-    def _ended(self, lease_id: int, state: LeaseState) -> None:
-        lease = self.open.pop(lease_id, None)
-        if lease is not None:
-            self._group(lease.queue, lease.group).finished[lease.number] = (lease_id, state)
-
-    def _restate(self, snapshot: LeaseSnapshot) -> None:
-        self.next_id = max(self.next_id, snapshot.next_id)
-        self.cursors = {(c.topic, c.group): c.position for c in snapshot.cursors}
-        self.groups = {(g.queue, g.group): g for g in snapshot.groups}
-        self.open = {lease.lease_id: lease for lease in snapshot.leases}
+def replay_lease_record(recovered: RecoveredLeases, kind: RecordType, payload: bytes) -> None:
+    """Apply one state record (a type in STATE_RECORDS) to `recovered`, in journal order."""
+    if kind is RecordType.CURSOR:
+        cursor = decode_cursor(payload)
+        recovered.cursors[cursor.topic, cursor.group] = cursor.position
+    elif kind is RecordType.CURSOR_END:
+        recovered.cursors.pop(decode_cursor_end(payload), None)
+    elif kind is RecordType.LEASE:
+        recovered.opened(decode_lease(payload))
+    elif kind is RecordType.LEASE_END:
+        recovered.ended(*decode_lease_end(payload))
+    elif kind is RecordType.LEASE_SNAPSHOT:
+        recovered.restate(decode_lease_snapshot(payload))

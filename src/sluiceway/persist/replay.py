@@ -21,14 +21,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final, NoReturn, Protocol
 
+from sluiceway.core.values.durable_record import DurableRecord
+from sluiceway.core.values.leasing import RecoveredLeases
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.message_codec import EncodedMessage, peek_message
 from sluiceway.naming import DestinationName
 from sluiceway.persist.journal import Journal
-from sluiceway.persist.lease_records import STATE_RECORDS, RecoveredLeases, decode_lease_mark
+from sluiceway.persist.lease_records import STATE_RECORDS, decode_lease_mark, replay_lease_record
 from sluiceway.persist.liveness import Liveness
 from sluiceway.persist.records import (
-    DurableRecord,
-    EncodedMessage,
     RecordType,
     decode_durable,
     decode_lsn,
@@ -40,7 +41,6 @@ from sluiceway.persist.records import (
     decode_sub_mark,
     decode_tx,
     encode_lsn,
-    peek_message,
 )
 from sluiceway.persist.segments import CorruptJournal, Record
 
@@ -425,5 +425,5 @@ class Replay:
         elif kind is RecordType.DURABLE_END:
             durables.pop(decode_sub(record.payload), None)
         elif kind in STATE_RECORDS:
-            recovery.leases.replay(kind, record.payload)
+            replay_lease_record(recovery.leases, kind, record.payload)
         self._state_read(lsn, kind)

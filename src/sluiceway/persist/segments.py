@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from sluiceway.errors import SluicewayError
+from sluiceway.core.model.store import StoreError, StoreWriteError
 from sluiceway.persist.files import Files
 
 MAGIC: Final = b"SWJ1"
@@ -142,11 +142,11 @@ class RecoveryReport:
     lsn_gaps: list[tuple[int, int]] = field(default_factory=list)
 
 
-class JournalError(SluicewayError):
+class JournalError(StoreError):
     """The journal cannot do what was asked; the message says why and what to do."""
 
 
-class JournalWriteError(JournalError):
+class JournalWriteError(JournalError, StoreWriteError):
     """A write failed and its records wait in memory (`Journal.write_error`): what was asked
     needs them on disk first. Free space, then `retry_write`."""
 

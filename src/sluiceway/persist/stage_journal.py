@@ -40,14 +40,16 @@ from typing import TYPE_CHECKING, Final
 from sluiceway.core.features.stages import Stage, StageArea
 from sluiceway.core.model.destination import Destination
 from sluiceway.core.values.message import Message
-from sluiceway.persist.records import RecordType
-from sluiceway.persist.segments import Record
-from sluiceway.persist.stage_records import (
+from sluiceway.core.values.staging import (
     CommitRecord,
     OpenStage,
     PublishedStage,
     StagedHead,
     StageSnapshot,
+)
+from sluiceway.persist.records import RecordType
+from sluiceway.persist.segments import Record
+from sluiceway.persist.stage_records import (
     decode_add,
     decode_add_head,
     decode_commit,

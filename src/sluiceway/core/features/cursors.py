@@ -25,9 +25,9 @@ from sluiceway.core.model.destination import Destination, Topic
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.model.store import MessageStore
 from sluiceway.core.values.counts import CountLimit, CountRefusals
+from sluiceway.core.values.leasing import CursorRecord
 from sluiceway.errors import BadRequest, NotFound
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.persist.lease_records import CursorRecord
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from sluiceway.core.containers.spilling import SpillingRun
 from sluiceway.core.model.subscription import BrowserSubscription
+from sluiceway.core.values.leasing import LeaseState
 from sluiceway.core.values.message import Message
-from sluiceway.persist.lease_records import LeaseState
 
 if TYPE_CHECKING:
     from sluiceway.core.features.leases import Lease

@@ -34,10 +34,7 @@ from sluiceway.core.features.leased import LeasedMessages
 from sluiceway.core.model.destination import Destination, Queue
 from sluiceway.core.values.counts import CountLimit
 from sluiceway.core.values.flow import destination_window
-from sluiceway.core.values.message import Message
-from sluiceway.errors import BadRequest, Gone, NotFound, ResourceFull
-from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.persist.lease_records import (
+from sluiceway.core.values.leasing import (
     CursorRecord,
     GroupRecord,
     LeaseRecord,
@@ -45,6 +42,9 @@ from sluiceway.persist.lease_records import (
     LeaseState,
     RecoveredLeases,
 )
+from sluiceway.core.values.message import Message
+from sluiceway.errors import BadRequest, Gone, NotFound, ResourceFull
+from sluiceway.naming import DestinationKind, DestinationName
 
 if TYPE_CHECKING:
     from sluiceway.core.broker import Broker

@@ -36,15 +36,15 @@ from sluiceway.core.containers.spilling import SpillingRun
 from sluiceway.core.features.producers import Publish
 from sluiceway.core.model.destination import Destination
 from sluiceway.core.values.message import Message
-from sluiceway.errors import Forbidden
-from sluiceway.naming import DestinationName
-from sluiceway.persist.stage_records import (
+from sluiceway.core.values.staging import (
     MAX_EXPIRES,
     OpenStage,
     PublishedStage,
     StagedHead,
     StageName,
 )
+from sluiceway.errors import Forbidden
+from sluiceway.naming import DestinationName
 
 if TYPE_CHECKING:
     from sluiceway.core.broker import Broker

@@ -16,8 +16,8 @@ from typing import Final
 
 from sluiceway.core.model.destination import Topic
 from sluiceway.core.model.subscription import MessageFilter, Subscription
+from sluiceway.core.values.durable_record import DurableRecord
 from sluiceway.core.values.message import Message
-from sluiceway.persist.records import DurableRecord
 
 LOOKAHEAD: Final = 256  # messages read from the log at a time, so a spilled chunk is read once
 

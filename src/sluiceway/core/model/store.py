@@ -1,11 +1,16 @@
-"""The seam between the broker's state and where persistent state is kept.
+"""The seam between the broker's state and where persistent state is kept: the store port.
 
 Destinations and subscriptions tell the store what must survive a restart: persistent messages
 added and removed, deliveries (so a message delivered before a crash comes back marked
 redelivered), durable subscriptions and their acknowledgements, sequence numbers spoken for, and
-topic cursors and queue leases.
-`core.persistence.JournalStore` keeps them in the journal; `MemoryStore` keeps nothing that
-outlives the process, for a broker that needs no durability.
+topic cursors and queue leases. At start-up the store hands back what it holds (`recover`, into
+a `Restore`), and from then on it may ask the broker for the state it restates when it starts
+afresh (a journal's new segment).
+
+A store is built at the edge (app.storage) and given to the Broker, which never looks at what
+kind it is: persist.journal_store.JournalStore keeps everything in the journal; `MemoryStore`
+keeps nothing that outlives the process, for a broker that needs no durability. Another store
+(a database) implements this Protocol and `Restore`'s caller side, and nothing in core changes.
 """
 
 from __future__ import annotations
@@ -14,10 +19,53 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
+from sluiceway.core.values.durable_record import DurableRecord
+from sluiceway.core.values.leasing import CursorRecord, LeaseRecord, LeaseState
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.message_codec import EncodedMessage
+from sluiceway.errors import SluicewayError
 from sluiceway.naming import DestinationName
-from sluiceway.persist.lease_records import CursorRecord, LeaseRecord, LeaseState
-from sluiceway.persist.records import DurableRecord
+
+
+class StoreError(SluicewayError):
+    """The store cannot do what was asked (its medium failed, or holds what it cannot read);
+    the message says why and what to do."""
+
+
+class StoreWriteError(StoreError):
+    """A write the store's medium refused (a full disk): its records wait, and what was asked
+    needs them kept first. Free space; the store's upkeep writes them again."""
+
+
+class Restore(Protocol):
+    """Where a store's recovery hands back what it held, at start-up, before any client.
+
+    The store calls `sequence` and `durable` for the state it held, `message` (or `encoded`)
+    for each persistent message in the order it was added, then `finish` once.
+    """
+
+    def message(self, message: Message) -> None:
+        """A persistent message, back into its destination."""
+        ...
+
+    def encoded(self, message: EncodedMessage) -> bool:
+        """A persistent message still in its encoding (core.values.message_codec): taken as
+        those bytes (True: a queue spilling it to the swap area), or left to be decoded and
+        given to `message` (False). A store that holds no such bytes never calls it."""
+        ...
+
+    def sequence(self, destination: DestinationName, seq: int) -> None:
+        """Sequence numbers of `destination` up to `seq` were spoken for."""
+        ...
+
+    def durable(self, record: DurableRecord, acked: set[int], delivered: dict[int, int]) -> None:
+        """A durable subscription, the sequence numbers it acknowledged that its topic still
+        holds, and how often each of its unacknowledged messages was delivered."""
+        ...
+
+    def finish(self) -> None:
+        """Everything is back: file what is still being gathered."""
+        ...
 
 
 class MessageStore(Protocol):
@@ -115,6 +163,11 @@ class MessageStore(Protocol):
 
     def disk_bytes(self) -> int: ...
 
+    def recover(self, restore: Restore) -> object:
+        """Hand back what the store holds into `restore`; call once, before anything else is
+        recorded. Returns the store's own report of it (for its log)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -200,6 +253,9 @@ class MemoryStore:
 
     def disk_bytes(self) -> int:
         return 0
+
+    def recover(self, restore: Restore) -> None:
+        restore.finish()  # nothing outlived the last process
 
     def close(self) -> None:
         self._messages.clear()

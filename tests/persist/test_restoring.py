@@ -22,6 +22,7 @@ from sluiceway.persist.swap import SwapArea
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, message_fields
 from tests.core.test_stages import stage
+from tests.persist.helpers import journal_broker
 
 QUEUE = "/queue/results"  # (the queue test_stages.stage sends to)
 OTHER = "/queue/other"
@@ -44,11 +45,7 @@ class Node:
         if self.swap is not None:
             self.swap.open()
         config = build_config({"imq.swap.threshold": SWAP_POINT})
-        store = JournalStore(journal)
-        broker = Broker(config, clock=self.clock, store=store, spill=self.swap)
-        recovery = broker.recover()
-        assert recovery is not None
-        return broker, recovery
+        return journal_broker(config, journal, clock=self.clock, spill=self.swap)
 
     def restart(self, *, swap: bool) -> Broker:
         store = self.broker.store
