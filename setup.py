@@ -53,10 +53,11 @@ COMPILED = (
         f"sluiceway/persist/{name}.py"
         for name in (
             "journal_store",
-            "records",
-            "lease_records",
-            "stage_records",
-            "stage_journal",
+            "format",
+            "lease_payloads",
+            "stage_payloads",
+            "stage_extension",
+            "lease_extension",
             "replay",
             "liveness",
             "restoring",

@@ -1,4 +1,4 @@
-"""A message's encoding (core.records): decoding, and reading where it goes without decoding."""
+"""A message's encoding (persist.format): decoding, and reading where it goes without decoding."""
 
 from __future__ import annotations
 

@@ -24,9 +24,9 @@ from sluiceway.core.values.message import Message
 from sluiceway.errors import BadRequest, InternalError
 from sluiceway.naming import parse_destination
 from sluiceway.persist.files import OS_FILES, Files
+from sluiceway.persist.format import RecordType, encode_position, encode_tx
 from sluiceway.persist.journal import Journal, SyncPolicy
 from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.records import RecordType, encode_position, encode_tx
 from sluiceway.persist.replay import Recovery
 from sluiceway.persist.restoring import Delivering, restore_broker
 from sluiceway.persist.simulated import SimulatedDisk

@@ -22,9 +22,10 @@ from sluiceway.core.values.leasing import (
 )
 from sluiceway.core.values.message_codec import DecodeError
 from sluiceway.naming import parse_destination
+from sluiceway.persist.format import RecordType
 from sluiceway.persist.journal import Journal, SyncPolicy
 from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.lease_records import (
+from sluiceway.persist.lease_payloads import (
     decode_cursor,
     decode_cursor_end,
     decode_lease,
@@ -39,7 +40,6 @@ from sluiceway.persist.lease_records import (
     encode_lease_snapshot,
     replay_lease_record,
 )
-from sluiceway.persist.records import RecordType
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies
 from tests.persist.helpers import journal_broker
@@ -263,7 +263,7 @@ def test_an_acknowledgement_cut_short_by_a_crash_completes_at_restart(
     lease = broker.leases.read(node.queue(), LeaseRead("g", 1)).lease
     assert lease is not None
     # The broker wrote the lease's end and died before the REMOVE of each message.
-    broker.store.lease_ended(lease.lease_id, LeaseState.ACKNOWLEDGED)
+    broker.leases.recorder.lease_ended(lease.lease_id, LeaseState.ACKNOWLEDGED)
     broker = node.restart()
     assert node.queue().fullness().count == 0
     assert broker.leases.acknowledge(QUEUE, "g", 1) is LeaseState.ACKNOWLEDGED

@@ -10,14 +10,14 @@ from sluiceway.core.values.durable_record import DurableRecord
 from sluiceway.core.values.message import Message
 from sluiceway.core.values.message_codec import Unstorable, encode_message
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.persist.journal import Journal, SyncPolicy
-from sluiceway.persist.journal_store import RUN_MAX, JournalStore
-from sluiceway.persist.records import (
+from sluiceway.persist.format import (
     RecordType,
     decode_lsns,
     encode_mark,
     encode_tx,
 )
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.journal_store import RUN_MAX, JournalStore
 from sluiceway.persist.replay import Recovery
 from sluiceway.persist.restoring import Delivering
 from sluiceway.persist.segments import CorruptJournal, JournalError

@@ -25,10 +25,10 @@ from sluiceway.core.values.staging import (
     StageSnapshot,
 )
 from sluiceway.naming import parse_destination
+from sluiceway.persist.format import RecordType
 from sluiceway.persist.journal import Journal, SyncPolicy
 from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.records import RecordType
-from sluiceway.persist.stage_records import (
+from sluiceway.persist.stage_payloads import (
     decode_add,
     decode_add_head,
     decode_commit,

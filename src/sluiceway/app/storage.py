@@ -23,9 +23,9 @@ from sluiceway.core.model.store import MemoryStore, MessageStore
 from sluiceway.core.values.clock import Clock
 from sluiceway.errors import SluicewayError
 from sluiceway.persist.files import OS_FILES, Files
+from sluiceway.persist.format import describe_damaged
 from sluiceway.persist.journal import Journal, SyncPolicy
 from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.records import describe_damaged
 from sluiceway.persist.replay import Recovery
 from sluiceway.persist.restoring import restore_broker
 from sluiceway.persist.segments import (

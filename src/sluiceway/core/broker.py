@@ -93,7 +93,7 @@ class Broker:
         # Refusals by the limits on counts clients make grow (core.counts).
         self.refusals = CountRefusals()
         # Topic cursors and queue leases (docs/pipelines-protocol.md).
-        self.cursors = Cursors(self.registry, self.store, self.refusals)
+        self.cursors = Cursors(self.registry, self.refusals)
         self.leases = Leases(self)
         # Stages: batches published exactly once (same document).
         self.stages = StageArea(self)

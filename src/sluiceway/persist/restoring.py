@@ -26,31 +26,23 @@ from sluiceway.core.broker import Broker
 from sluiceway.core.containers.pending import PackedChunk
 from sluiceway.core.model.destination import Queue, Topic
 from sluiceway.core.values.durable_record import DurableRecord
-from sluiceway.core.values.leasing import LeaseSnapshot
 from sluiceway.core.values.message import Message
 from sluiceway.core.values.message_codec import EncodedMessage
 from sluiceway.naming import DestinationName
 from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.lease_records import encode_lease_snapshot
-from sluiceway.persist.records import RecordType
+from sluiceway.persist.lease_extension import LeaseExtension
 from sluiceway.persist.replay import Recovery
-from sluiceway.persist.stage_journal import StageJournal
+from sluiceway.persist.stage_extension import StageExtension
 
 
 def restore_broker(store: JournalStore, broker: Broker) -> Recovery:
     """Keep `broker`'s state in `store` from now on, and read back into it what the journal
     holds. Call once, on a new broker, before any client connects."""
     store.set_snapshot(broker.snapshot)
-
-    def lease_snapshot() -> tuple[RecordType, bytes]:
-        snapshot: LeaseSnapshot = broker.leases.snapshot(broker.cursors.records())
-        return RecordType.LEASE_SNAPSHOT, encode_lease_snapshot(snapshot)
-
-    store.add_snapshot_part(lease_snapshot)
-    StageJournal(store, broker.stages)
+    max_groups = broker.config.cursor_max_groups
+    store.extend(LeaseExtension(store, broker.cursors, broker.leases, cursor_max_groups=max_groups))
+    store.extend(StageExtension(store, broker.stages))
     recovery = store.recover(Restorer(broker))
-    broker.cursors.restore(recovery.leases.cursors, broker.config.cursor_max_groups)
-    broker.leases.restore(recovery.leases)
     # Measured before the first SEND: a disk already low holds producers from the start.
     store.watch_disk(broker.disk)
     return recovery

@@ -38,9 +38,11 @@ from sluiceway.core.values.leasing import (
     CursorRecord,
     GroupRecord,
     LeaseRecord,
+    LeaseRecorder,
     LeaseSnapshot,
     LeaseState,
     RecoveredLeases,
+    Unrecorded,
 )
 from sluiceway.core.values.message import Message
 from sluiceway.errors import BadRequest, Gone, NotFound, ResourceFull
@@ -143,6 +145,8 @@ class Leases:
         # (expires, lease id, lease) of leases that may be open; ended ones are dropped lazily.
         self._deadlines: list[tuple[int, int, Lease]] = []
         self._open = 0
+        # Told of every lease, to keep them across restarts (persist.lease_extension).
+        self.recorder: LeaseRecorder = Unrecorded()
 
     @property
     def open_count(self) -> int:
@@ -240,7 +244,7 @@ class Leases:
         )
         self._next_id += 1
         # The lease's record comes before its messages' marks, which name it.
-        queue.store.lease_opened(lease.record)
+        self.recorder.lease_opened(lease.record)
         self._take(lease, max_messages, max_bytes, now)
         group.high = request.number
         group.open[request.number] = lease
@@ -260,7 +264,7 @@ class Leases:
         queue = lease.queue
         if queue.paused_consumers:
             return  # pause dst -pst CONSUMERS: nothing leaves the queue
-        pending, store, messages = queue.pending, queue.store, lease.messages
+        pending, messages = queue.pending, lease.messages
         while len(messages) < max_messages and (message := pending.pop()) is not None:
             if message.expires and message.expired(now):
                 queue.expired(message)
@@ -271,7 +275,7 @@ class Leases:
             message.delivery_count += 1
             queue.stats.delivered(message)
             if message.persistent:
-                store.lease_marked(lease.lease_id, message)
+                self.recorder.lease_marked(lease.lease_id, message)
             messages.append(message)
 
     # -- ending ---------------------------------------------------------------------------------
@@ -338,7 +342,7 @@ class Leases:
         group.remember(lease.number, lease.lease_id, state, self._broker.config.lease_max_open)
         lease.state = state
         # The end first: a crash before every REMOVE is written completes them at recovery.
-        queue.store.lease_ended(lease.lease_id, state)
+        self.recorder.lease_ended(lease.lease_id, state)
         for batch in lease.messages.drain():
             if state is LeaseState.ACKNOWLEDGED:
                 for message in batch:
@@ -378,7 +382,7 @@ class Leases:
                     self._broker.config.lease_max_open,
                 )
                 lease.state = LeaseState.EXPIRED
-                queue.store.lease_ended(lease.lease_id, LeaseState.EXPIRED)
+                self.recorder.lease_ended(lease.lease_id, LeaseState.EXPIRED)
                 for batch in lease.messages.drain():
                     for message in batch:
                         queue.finished(message)

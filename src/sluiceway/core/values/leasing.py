@@ -10,6 +10,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
+
+from sluiceway.core.values.message import Message
 
 
 class LeaseState(enum.Enum):
@@ -53,6 +56,48 @@ class LeaseSnapshot:
     cursors: list[CursorRecord]
     groups: list[GroupRecord]
     leases: list[LeaseRecord]
+
+
+class LeaseRecorder(Protocol):
+    """What core.features.cursors and core.features.leases tell whoever keeps their state
+    across restarts (persist.lease_extension, in the journal)."""
+
+    def cursor_saved(self, record: CursorRecord) -> None:
+        """A topic cursor was created or moved."""
+        ...
+
+    def cursor_deleted(self, topic: str, group: str) -> None: ...
+
+    def lease_opened(self, record: LeaseRecord) -> None:
+        """A queue lease was created; its messages' lease_marked follow."""
+        ...
+
+    def lease_marked(self, lease_id: int, message: Message) -> None:
+        """A persistent message was taken by lease `lease_id`."""
+        ...
+
+    def lease_ended(self, lease_id: int, state: LeaseState) -> None:
+        """The lease was acknowledged (its messages' removals follow) or expired."""
+        ...
+
+
+class Unrecorded:
+    """The recorder of a broker whose cursors and leases do not outlive it."""
+
+    def cursor_saved(self, record: CursorRecord) -> None:
+        pass
+
+    def cursor_deleted(self, topic: str, group: str) -> None:
+        pass
+
+    def lease_opened(self, record: LeaseRecord) -> None:
+        pass
+
+    def lease_marked(self, lease_id: int, message: Message) -> None:
+        pass
+
+    def lease_ended(self, lease_id: int, state: LeaseState) -> None:
+        pass
 
 
 # -- recovery -------------------------------------------------------------------------------

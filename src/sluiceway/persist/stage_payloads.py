@@ -1,13 +1,14 @@
 """The journal records of stages (publishing a batch exactly once), and their payloads.
 
-The protocol is in docs/pipelines-protocol.md; core.stages keeps the state, core.stage_journal
-writes and replays these records. Integers are little-endian; strings are UTF-8 with a u16 length
-prefix, as in core.records; a destination is its kind u8 and name, as there.
+The protocol is in docs/pipelines-protocol.md; core.features.stages keeps the state,
+persist.stage_extension writes and replays these records. Integers are little-endian; strings
+are UTF-8 with a u16 length prefix, as in persist.format; a destination is its kind u8 and name,
+as there.
 
 | type | record | payload |
 |---|---|---|
 | 30 | STAGE_OPEN | stage id u64, sink, batch u64, task: a stage was created |
-| 31 | STAGE_ADD | stage id u64, index u64, expires i64, then a message (core.records) |
+| 31 | STAGE_ADD | stage id u64, index u64, expires i64, then a message (persist.format) |
 | 32 | STAGE_COMMIT | sink, batch u64, count u32 of published stages, count u32 of discarded ids |
 | 33 | STAGE_DISCARD | count u32, then that many stage ids u64 |
 | 34 | STAGE_SNAPSHOT | next stage id u64, then counted sinks, open stages, published stages |
@@ -45,7 +46,7 @@ from sluiceway.core.values.staging import (
     StageName,
     StageSnapshot,
 )
-from sluiceway.persist.records import Reader, encode_position
+from sluiceway.persist.format import Reader, encode_position
 
 _U16: Final = struct.Struct("<H")
 _U32: Final = struct.Struct("<I")

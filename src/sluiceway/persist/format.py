@@ -60,14 +60,14 @@ class RecordType(enum.IntEnum):
     TX_CUT = 12
     DELIVERED_RUN = 13
     REMOVE_RUN = 14
-    # Topic cursors and queue leases (their payloads are in core.lease_records).
+    # Topic cursors and queue leases (their payloads are in persist.lease_payloads).
     CURSOR = 20
     CURSOR_END = 21
     LEASE = 22
     LEASE_MARK = 23
     LEASE_END = 24
     LEASE_SNAPSHOT = 25
-    # Stages, publishing a batch exactly once (their payloads are in core.stage_records).
+    # Stages, publishing a batch exactly once (their payloads are in persist.stage_payloads).
     STAGE_OPEN = 30
     STAGE_ADD = 31
     STAGE_COMMIT = 32

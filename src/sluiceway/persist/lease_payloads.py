@@ -1,7 +1,7 @@
 """The journal records of topic cursors and queue leases, and what recovery rebuilds from them.
 
 The protocol is in docs/pipelines-protocol.md. Integers are little-endian; strings are UTF-8 with
-a u16 length prefix, as in core.records. Topic and queue names are names without the prefix.
+a u16 length prefix, as in persist.format. Topic and queue names are names without the prefix.
 
 | type | record | payload |
 |---|---|---|
@@ -42,7 +42,7 @@ from sluiceway.core.values.leasing import (
     RecoveredLeases,
 )
 from sluiceway.core.values.message_codec import DecodeError, encode_text
-from sluiceway.persist.records import Reader, RecordType
+from sluiceway.persist.format import Reader, RecordType
 
 T = TypeVar("T")
 
