@@ -1,37 +1,26 @@
-"""The payloads of the broker's journal records, and of spilled messages.
+"""The journal's record format: every record type in one table, and the core records' payloads.
 
-The journal (store/journal.py) stores opaque (type, payload) records; this module gives them
-meaning. All integers are little-endian; strings are UTF-8 with a u16 length prefix, bodies a
-u32 length prefix.
+The journal (persist.journal, persist.segments) stores opaque (type, payload) records; this
+module gives them meaning. `RECORDS` below is the one table of every record type, the broker's
+own and its extensions' (topic cursors and queue leases, stages): each type's code, name,
+payload layout, the module whose codec writes and reads it, and, for a state record, the
+snapshot record that restates it at the start of every segment. docs/persistence.md (Record
+format) lays every payload out byte by byte.
 
-| type | record | payload |
-|---|---|---|
-| 1 | ADD | a message (below), with its destination and seq |
-| 2 | REMOVE | destination, seq u64, add u64: the message added at LSN `add` left the broker |
-| 3 | DELIVERED | destination, seq u64, add u64: it was written to a queue consumer |
-| 4 | SEQ | destination, seq u64: sequence numbers up to seq are spoken for |
-| 5 | TX | count u32: the next `count` records are one committed transaction |
-| 6 | DURABLE | sub id u32, topic name, client id, subscription name, selector, start seq u64 |
-| 7 | DURABLE_END | sub id u32 |
-| 8 | DURABLE_ACK | sub id u32, seq u64, add u64: durable subscription sub acknowledged it |
-| 9 | DURABLE_DELIVERED | sub id u32, seq u64, add u64: it was written to that subscription |
-| 11 | SNAPSHOT | count u32 of SEQ payloads, count u32 of DURABLE payloads: the state as of here |
-| 12 | TX_CUT | tx u64: the transaction at LSN tx was cut by a crash; its records are void |
-| 13 | DELIVERED_RUN | add u64, repeated: DELIVERED for each (the deliveries of one write) |
-| 14 | REMOVE_RUN | add u64, repeated: REMOVE for each; all in the segment of the run |
+All integers are little-endian; strings are UTF-8 with a u16 length prefix, bodies a u32 length
+prefix; a destination is its kind (u8: 0 queue, 1 topic) and name; a message is encoded as
+core.values.message_codec says (the same bytes a spilled chunk holds). `add` is the LSN of the
+record that holds a message (its ADD, or a published stage's STAGE_ADD).
 
 A transaction's records follow its TX record without anything in between (the broker appends
 them in one step), so a TX whose records do not all follow it was cut by a crash.
-
-A destination is its kind (u8: 0 queue, 1 topic) and name. A message is: id, priority u8,
-persistent u8, expires i64, timestamp i64, delivery count u32, header count u16 and
-(name, value) pairs, body.
 """
 
 from __future__ import annotations
 
 import enum
 import struct
+from dataclasses import dataclass
 from typing import Final
 
 from sluiceway.core.values.durable_record import DurableRecord
@@ -47,6 +36,8 @@ from sluiceway.naming import DestinationName
 
 
 class RecordType(enum.IntEnum):
+    """The type byte of every record (RECORDS says what each holds)."""
+
     ADD = 1
     REMOVE = 2
     DELIVERED = 3
@@ -60,19 +51,103 @@ class RecordType(enum.IntEnum):
     TX_CUT = 12
     DELIVERED_RUN = 13
     REMOVE_RUN = 14
-    # Topic cursors and queue leases (their payloads are in persist.lease_payloads).
+    # Topic cursors and queue leases (persist.lease_extension).
     CURSOR = 20
     CURSOR_END = 21
     LEASE = 22
     LEASE_MARK = 23
     LEASE_END = 24
     LEASE_SNAPSHOT = 25
-    # Stages, publishing a batch exactly once (their payloads are in persist.stage_payloads).
+    # Stages, publishing a batch exactly once (persist.stage_extension).
     STAGE_OPEN = 30
     STAGE_ADD = 31
     STAGE_COMMIT = 32
     STAGE_DISCARD = 33
     STAGE_SNAPSHOT = 34
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSpec:
+    """One record type: what its payload holds, the module whose codec writes and reads it,
+    and for a state record the snapshot record that restates it (it lives until then)."""
+
+    type: RecordType
+    payload: str
+    codec: str
+    restated_by: RecordType | None = None
+
+
+_CORE: Final = "persist.format"
+_LEASES: Final = "persist.lease_payloads"
+_STAGES: Final = "persist.stage_payloads"
+_S, _LS, _SS = RecordType.SNAPSHOT, RecordType.LEASE_SNAPSHOT, RecordType.STAGE_SNAPSHOT
+
+# Every record type the journal holds, by type. Lifetimes not given here: an ADD lives while its
+# message is in the broker; DELIVERED*, DURABLE_ACK, DURABLE_DELIVERED and LEASE_MARK are marks,
+# live while their message is; a REMOVE lives while the segment of its ADD does; REMOVE_RUN, TX
+# and TX_CUT only matter to recovery; a STAGE_ADD lives while its stage is open (then as the ADD
+# of the message it published).
+RECORDS: Final = {
+    spec.type: spec
+    for spec in (
+        RecordSpec(RecordType.ADD, "a message, with its destination and seq", _CORE),
+        RecordSpec(RecordType.REMOVE, "destination, seq u64, add u64: it left the broker", _CORE),
+        RecordSpec(
+            RecordType.DELIVERED, "destination, seq u64, add u64 (written by older versions)", _CORE
+        ),
+        RecordSpec(RecordType.SEQ, "destination, seq u64: spoken for up to seq", _CORE, _S),
+        RecordSpec(RecordType.TX, "count u32: the next `count` records are one commit", _CORE),
+        RecordSpec(
+            RecordType.DURABLE,
+            "sub id u32, topic, client id, subscription name, selector, start seq u64",
+            _CORE,
+            _S,
+        ),
+        RecordSpec(RecordType.DURABLE_END, "sub id u32", _CORE, _S),
+        RecordSpec(RecordType.DURABLE_ACK, "sub id u32, seq u64, add u64", _CORE),
+        RecordSpec(RecordType.DURABLE_DELIVERED, "sub id u32, seq u64, add u64", _CORE),
+        RecordSpec(RecordType.SNAPSHOT, "counted SEQ, counted DURABLE payloads", _CORE, _S),
+        RecordSpec(RecordType.TX_CUT, "tx u64: the transaction at LSN tx is void", _CORE),
+        RecordSpec(RecordType.DELIVERED_RUN, "add u64, repeated: one delivery of each", _CORE),
+        RecordSpec(RecordType.REMOVE_RUN, "add u64, repeated, all in the run's segment", _CORE),
+        RecordSpec(RecordType.CURSOR, "topic, group, position u64", _LEASES, _LS),
+        RecordSpec(RecordType.CURSOR_END, "topic, group", _LEASES, _LS),
+        RecordSpec(
+            RecordType.LEASE, "lease id u64, queue, group, number u64, expires i64", _LEASES, _LS
+        ),
+        RecordSpec(RecordType.LEASE_MARK, "lease id u64, seq u64, add u64", _LEASES),
+        RecordSpec(RecordType.LEASE_END, "lease id u64, state u8", _LEASES, _LS),
+        RecordSpec(
+            RecordType.LEASE_SNAPSHOT,
+            "next lease id u64, counted CURSORs, groups, LEASEs",
+            _LEASES,
+            _LS,
+        ),
+        RecordSpec(RecordType.STAGE_OPEN, "stage id u64, sink, batch u64, task", _STAGES, _SS),
+        RecordSpec(
+            RecordType.STAGE_ADD, "stage id u64, index u64, expires i64, a message", _STAGES
+        ),
+        RecordSpec(
+            RecordType.STAGE_COMMIT,
+            "sink, batch u64, counted published stages, counted discarded ids",
+            _STAGES,
+            _SS,
+        ),
+        RecordSpec(RecordType.STAGE_DISCARD, "counted stage ids u64", _STAGES, _SS),
+        RecordSpec(
+            RecordType.STAGE_SNAPSHOT,
+            "next stage id u64, counted sinks, open stages, published stages",
+            _STAGES,
+            _SS,
+        ),
+    )
+}
+assert set(RECORDS) == set(RecordType), "every record type has its row in RECORDS"
+
+# The snapshot record that restates each kind of state record at the start of every segment.
+RESTATED_BY: Final = {
+    kind: spec.restated_by for kind, spec in RECORDS.items() if spec.restated_by is not None
+}
 
 
 _U16: Final = struct.Struct("<H")

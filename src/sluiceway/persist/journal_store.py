@@ -1,6 +1,6 @@
 """Persistent messages in the journal: what the broker writes, what is still live, recovery.
 
-The broker appends a record for each event that must survive a crash (persist.format lists them):
+The broker appends a record for each event that must survive a crash (persist.format's table):
 a persistent message accepted (ADD), delivered (DELIVERED_RUN: the deliveries that one write to
 consumers carries, as one record), consumed (REMOVE, or REMOVE_RUN: the consumptions one read
 brings, of messages added in the same segment, as one record), a durable
@@ -15,10 +15,11 @@ message is (a DELIVERED_RUN while any of its messages is: a count per run); a RE
 segment holding its ADD still exists (else the message would come back on recovery), which a
 REMOVE_RUN never outlives (it is only written in the segment of all its ADDs); SEQ,
 DURABLE and SNAPSHOT records only until the next rotation, which starts the new segment with a
-SNAPSHOT of that state. Topic cursors and queue leases follow the same two lifetimes
-(persist.lease_payloads): their state records are restated after the SNAPSHOT, and a LEASE_MARK
-lives as long as its message. A segment with no live record is deleted; one that is mostly dead
-is rewritten with its live records only.
+SNAPSHOT of that state. The features that keep records of their own here (StoreExtensions:
+topic cursors and queue leases, stages) follow the same lifetimes through the ExtensionLog
+calls below: their state records are restated by their snapshots after the SNAPSHOT, and their
+marks (a LEASE_MARK) live as long as their message. A segment with no live record is deleted;
+one that is mostly dead is rewritten with its live records only.
 
 A write the disk refuses is survived: its records wait in memory, in order, and the upkeep
 retries it (persist.journal); what that means for producers is core.features.disk's, which the
@@ -42,6 +43,7 @@ from sluiceway.core.values.message import Message
 from sluiceway.core.values.message_codec import encode_message
 from sluiceway.naming import DestinationName
 from sluiceway.persist.format import (
+    RESTATED_BY,
     RecordType,
     encode_durable,
     encode_lsns,
@@ -54,7 +56,7 @@ from sluiceway.persist.format import (
 )
 from sluiceway.persist.journal import Journal
 from sluiceway.persist.liveness import Liveness
-from sluiceway.persist.replay import RESTATED_BY, Recovery, Replay
+from sluiceway.persist.replay import Recovery, Replay
 from sluiceway.persist.segments import (
     JournalError,
     JournalWriteError,

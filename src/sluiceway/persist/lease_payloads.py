@@ -1,26 +1,11 @@
-"""The journal records of topic cursors and queue leases, and what recovery rebuilds from them.
+"""The payloads of the journal records of topic cursors and queue leases (CURSOR, CURSOR_END,
+LEASE, LEASE_MARK, LEASE_END, LEASE_SNAPSHOT): their codecs, and how recovery applies them.
 
-The protocol is in docs/pipelines-protocol.md. Integers are little-endian; strings are UTF-8 with
-a u16 length prefix, as in persist.format. Topic and queue names are names without the prefix.
-
-| type | record | payload |
-|---|---|---|
-| 20 | CURSOR | topic, group, position u64: the cursor exists and stands at `position` |
-| 21 | CURSOR_END | topic, group: the cursor was deleted |
-| 22 | LEASE | lease id u64, queue, group, number u64, expires i64 (ms since the epoch): opened |
-| 23 | LEASE_MARK | lease id u64, seq u64, add u64: the message added at LSN `add` was leased |
-| 24 | LEASE_END | lease id u64, state u8 (1 acknowledged, 2 expired or released) |
-| 25 | LEASE_SNAPSHOT | next lease id u64, then counted CURSOR payloads, groups, LEASE payloads |
-
-Each part of a LEASE_SNAPSHOT is a u32 count, then that many items, each with a u32 length
-prefix. A group is: queue, group, highest number used u64, count u32 of finished
-leases, each lease id u64, number u64, state u8.
-
-CURSOR, CURSOR_END, LEASE, LEASE_END and LEASE_SNAPSHOT describe state: they are live until the
-journal's next rotation, which starts the new segment with a SNAPSHOT followed by a
-LEASE_SNAPSHOT restating all of it. A LEASE_MARK is a mark on its message, like DELIVERED: live
-while the message is, and it counts as one delivery of it. Lease ids are never reused (the
-snapshot carries the next one), so a mark always names the lease that took the message last.
+The types are in persist.format's one table (RECORDS), the layouts byte by byte in
+docs/persistence.md (Record format); the protocol is in docs/pipelines-protocol.md. Topic and
+queue names are names without the prefix. Their lifetimes are persist.lease_extension's. Lease
+ids are never reused (the snapshot carries the next one), so a mark always names the lease that
+took the message last.
 
 Acknowledging a lease writes its LEASE_END, then a REMOVE for each message. A message whose last
 mark names an acknowledged lease is therefore consumed by recovery: an acknowledgement cut short

@@ -1,7 +1,8 @@
 """Recovery of the broker's persistent state from its journal (for persist.journal_store).
 
 Recovery reads the journal twice. The first pass replays only the bookkeeping: which ADDs are
-still live, how often each was delivered, the durable subscriptions, cursors and leases; and it
+still live, how often each was delivered, the durable subscriptions; the extensions' records
+(cursors and leases, stages) go to their extensions (core.model.store.StoreExtension); and it
 notes where each ADD is. The second pass reads again only the ADDs still live, in order, and
 hands their messages to their destinations, which spill to the swap area as needed, so a
 backlog larger than memory can be recovered. A message bound for the swap area is handed over
@@ -27,6 +28,7 @@ from sluiceway.core.values.message import Message
 from sluiceway.core.values.message_codec import EncodedMessage, peek_message
 from sluiceway.naming import DestinationName
 from sluiceway.persist.format import (
+    RESTATED_BY,
     RecordType,
     decode_durable,
     decode_lsn,
@@ -40,7 +42,6 @@ from sluiceway.persist.format import (
     encode_lsn,
 )
 from sluiceway.persist.journal import Journal
-from sluiceway.persist.lease_payloads import STATE_RECORDS
 from sluiceway.persist.liveness import Liveness
 from sluiceway.persist.segments import CorruptJournal, Record
 
@@ -48,24 +49,6 @@ from sluiceway.persist.segments import CorruptJournal, Record
 _ADD: Final = int(RecordType.ADD)
 _TX: Final = int(RecordType.TX)
 _TX_CUT: Final = int(RecordType.TX_CUT)
-
-# The snapshot record that restates each kind of state record at the start of every segment.
-RESTATED_BY: Final = {
-    **dict.fromkeys(
-        (RecordType.SNAPSHOT, RecordType.SEQ, RecordType.DURABLE, RecordType.DURABLE_END),
-        RecordType.SNAPSHOT,
-    ),
-    **dict.fromkeys(STATE_RECORDS, RecordType.LEASE_SNAPSHOT),
-    **dict.fromkeys(
-        (
-            RecordType.STAGE_OPEN,
-            RecordType.STAGE_COMMIT,
-            RecordType.STAGE_DISCARD,
-            RecordType.STAGE_SNAPSHOT,
-        ),
-        RecordType.STAGE_SNAPSHOT,
-    ),
-}
 
 
 @dataclass

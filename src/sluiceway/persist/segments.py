@@ -10,7 +10,7 @@ including, the next segment's base. Segment header, 16 bytes, `<4sIQ`::
     4   u32  format version: 1
     8   u64  base LSN (the number in the file name)
 
-A compacted segment (see `Journal.rewrite_segment` in store/journal.py) has format version 2
+A compacted segment (see `Journal.rewrite_segment` in persist/journal.py) has format version 2
 and a 24-byte header, `<4sIQQ`: the same fields, then the u64 end LSN (the next segment's base
 when it was compacted).
 Its records keep their LSNs, so there may be gaps between them; all lie in [base, end).

@@ -1,6 +1,7 @@
 """Stages in the journal: the records written, how long each lives, and recovery.
 
-The records are listed in persist.stage_payloads. Their lifetimes:
+The records are in persist.format's table, their payloads in persist.stage_payloads. Their
+lifetimes:
 
 - STAGE_OPEN, STAGE_COMMIT, STAGE_DISCARD and STAGE_SNAPSHOT describe state: they live until the
   journal's next rotation, which starts the new segment with a STAGE_SNAPSHOT restating it.

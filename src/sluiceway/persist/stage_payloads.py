@@ -1,17 +1,9 @@
-"""The journal records of stages (publishing a batch exactly once), and their payloads.
+"""The payloads of the journal records of stages (STAGE_OPEN, STAGE_ADD, STAGE_COMMIT,
+STAGE_DISCARD, STAGE_SNAPSHOT), publishing a batch exactly once: their codecs.
 
-The protocol is in docs/pipelines-protocol.md; core.features.stages keeps the state,
-persist.stage_extension writes and replays these records. Integers are little-endian; strings
-are UTF-8 with a u16 length prefix, as in persist.format; a destination is its kind u8 and name,
-as there.
-
-| type | record | payload |
-|---|---|---|
-| 30 | STAGE_OPEN | stage id u64, sink, batch u64, task: a stage was created |
-| 31 | STAGE_ADD | stage id u64, index u64, expires i64, then a message (persist.format) |
-| 32 | STAGE_COMMIT | sink, batch u64, count u32 of published stages, count u32 of discarded ids |
-| 33 | STAGE_DISCARD | count u32, then that many stage ids u64 |
-| 34 | STAGE_SNAPSHOT | next stage id u64, then counted sinks, open stages, published stages |
+The types are in persist.format's one table (RECORDS), the layouts byte by byte in
+docs/persistence.md (Record format); the protocol is in docs/pipelines-protocol.md.
+core.features.stages keeps the state, persist.stage_extension writes and replays the records.
 
 A STAGE_ADD holds one staged message, written whatever its `persistent` header. `index` counts
 the stage's earlier messages for the same destination, so the message's sequence number once
