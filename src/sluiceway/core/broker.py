@@ -31,7 +31,12 @@ from sluiceway.core.model.context import Context
 from sluiceway.core.model.destination import Destination, Queue, Topic
 from sluiceway.core.model.durable import DurableState
 from sluiceway.core.model.registry import DestinationRegistry
-from sluiceway.core.model.store import MemoryStore, MessageStore, StoreWriteError
+from sluiceway.core.model.store import (
+    BrokerSnapshot,
+    MemoryStore,
+    MessageStore,
+    StoreWriteError,
+)
 from sluiceway.core.model.subscription import MessageFilter
 from sluiceway.core.values.clock import Clock, SystemClock
 from sluiceway.core.values.connection_counts import ConnectionCounts
@@ -123,7 +128,7 @@ class Broker:
         self.durables[state.key] = topic
         self._next_durable_id = max(self._next_durable_id, record.sub_id)
 
-    def snapshot(self) -> tuple[list[tuple[DestinationName, int]], list[DurableRecord]]:
+    def snapshot(self) -> BrokerSnapshot:
         """The state a store restates when it starts afresh (a journal's new segment): the
         sequence numbers spoken for, and the durable subscriptions."""
         seqs = [(d.name, d.reserved_seq) for d in self.registry if d.reserved_seq]

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
 from sluiceway.core.features.disk import DiskGuard, DiskLevel
-from sluiceway.core.model.store import Restore, StoredRecord, StoreExtension
+from sluiceway.core.model.store import BrokerSnapshot, Restore, StoredRecord, StoreExtension
 from sluiceway.core.values.clock import SystemClock
 from sluiceway.core.values.durable_record import DurableRecord
 from sluiceway.core.values.message import Message
@@ -71,8 +71,6 @@ COMPACT_MIN_BYTES: Final = 1024 * 1024  # ...and it is at least this big (small 
 SEQ_BLOCK: Final = 1000  # sequence numbers reserved per SEQ record
 RUN_MAX: Final = 1024  # deliveries (or removals) gathered for one *_RUN record, at most
 
-Snapshot = Callable[[], tuple[list[tuple[DestinationName, int]], list[DurableRecord]]]
-
 
 def observe_journal(guard: DiskGuard, journal: Journal, *, measure: bool) -> None:
     """Tell `guard` what `journal` found; with `measure`, and at a write's first failure, the
@@ -95,7 +93,9 @@ def observe_journal(guard: DiskGuard, journal: Journal, *, measure: bool) -> Non
 class JournalStore:
     """The broker's persistent state, kept in a Journal."""
 
-    def __init__(self, journal: Journal, snapshot: Snapshot | None = None) -> None:
+    def __init__(
+        self, journal: Journal, snapshot: Callable[[], BrokerSnapshot] | None = None
+    ) -> None:
         self.journal = journal
         self._snapshot = snapshot
         self._live = Liveness()
@@ -130,7 +130,7 @@ class JournalStore:
         guard.path = str(self.journal.directory)
         observe_journal(self._disk, self.journal, measure=True)
 
-    def set_snapshot(self, snapshot: Snapshot) -> None:
+    def set_snapshot(self, snapshot: Callable[[], BrokerSnapshot]) -> None:
         self._snapshot = snapshot
 
     def extend(self, extension: StoreExtension) -> None:

@@ -42,8 +42,9 @@ class StoreWriteError(StoreError):
 class Restore(Protocol):
     """Where a store's recovery hands back what it held, at start-up, before any client.
 
-    The store calls `sequence` and `durable` for the state it held, `message` (or `encoded`)
-    for each persistent message in the order it was added, then `finish` once.
+    The store calls `message` (or `encoded`) for each persistent message in the order it was
+    added, then `finish` once, then `sequence` and `durable` for the state it held; last, each
+    extension's `recovered` (StoreExtension).
     """
 
     def message(self, message: Message) -> None:
@@ -66,8 +67,13 @@ class Restore(Protocol):
         ...
 
     def finish(self) -> None:
-        """Everything is back: file what is still being gathered."""
+        """Every message is back: file what is still being gathered."""
         ...
+
+
+# The broker's own state, restated when a store starts afresh: the sequence numbers spoken for
+# per destination, and the durable subscriptions (Broker.snapshot).
+BrokerSnapshot = tuple[list[tuple[DestinationName, int]], list[DurableRecord]]
 
 
 class StoredPosition(Protocol):
@@ -273,6 +279,11 @@ class MessageStore(Protocol):
 
     def disk_bytes(self) -> int: ...
 
+    def set_snapshot(self, snapshot: Callable[[], BrokerSnapshot]) -> None:
+        """Where to get the broker's state whenever the store starts afresh and restates what
+        it holds (a journal's new segment)."""
+        ...
+
     def extend(self, extension: StoreExtension) -> None:
         """Keep `extension`'s records from now on, and replay them at recovery."""
         ...
@@ -352,6 +363,9 @@ class MemoryStore:
 
     def disk_bytes(self) -> int:
         return 0
+
+    def set_snapshot(self, snapshot: Callable[[], BrokerSnapshot]) -> None:
+        pass  # nothing is ever restated
 
     def extend(self, extension: StoreExtension) -> None:
         pass  # nothing outlives the process: features keep their state in memory only
