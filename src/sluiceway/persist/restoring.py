@@ -1,16 +1,17 @@
 """The broker's state back from its journal store, at start-up.
 
 `restore_broker` is what the edge (app.storage) runs once: it makes the store keep the broker's
-snapshots and stages from then on, and hands back into the broker what the journal held, through
-the store port (core.model.store: `MessageStore.recover` into a `Restore`).
+snapshot, its cursors and leases and its stages (the extensions) from then on, and hands back
+into the broker what the journal held, through the store port (core.model.store:
+`MessageStore.recover` into a `Restore`, the Restorer here).
 
-Messages: the journal's second pass (persist.replay) hands over each live message in journal order.
-While memory has room a message is decoded and appended as any other. Beyond the swap point a
-queue's pending list would write it to the swap area at once, in chunks: such a message is
-packed into its chunk as its ADD record holds it (a chunk holds messages in that encoding, see
-core.values.message_codec), never decoded into a Message and encoded again. A large recovered
-backlog is
-mostly that: for a journal of 1 GB holding 500 MB of live messages, four in five of them.
+Messages: the journal's second pass (persist.replay) hands over each live message in journal
+order. While memory has room a message is decoded and appended as any other. Beyond the swap
+point a queue's pending list would write it to the swap area at once, in chunks: such a message
+is packed into its chunk as its ADD record holds it (a chunk holds messages in that encoding,
+see core.values.message_codec), never decoded into a Message and encoded again. A large
+recovered backlog is mostly that: for a journal of 1 GB holding 500 MB of live messages, four
+in five of them.
 
 The order of each queue is kept as appending one message at a time would keep it: once a level
 of a queue starts a packed chunk, every later message of that level joins one (a level that
