@@ -34,7 +34,12 @@ SOURCES = HERE / "src"
 # docs/compiled.md says what they are and what they cost.
 COMPILED = (
     "sluiceway/protocol/codec.py",
+    "sluiceway/protocol/encoder.py",
     "sluiceway/protocol/frames.py",
+    "sluiceway/protocol/message_frame.py",
+    "sluiceway/session/access.py",
+    "sluiceway/session/checks.py",
+    "sluiceway/session/control.py",
     "sluiceway/session/headers.py",
     "sluiceway/session/render.py",
     "sluiceway/session/session.py",
@@ -43,25 +48,29 @@ COMPILED = (
     "sluiceway/core/containers/pending.py",
     "sluiceway/core/containers/spilling.py",
     "sluiceway/core/containers/seqlog.py",  # subclasses SpillingRun
+    "sluiceway/core/features/leases.py",  # subclasses SpillingRun and BrowserSubscription
     "sluiceway/core/features/limits.py",
     "sluiceway/core/features/producers.py",
-    "sluiceway/core/features/leased.py",  # subclasses SpillingRun and BrowserSubscription
     "sluiceway/core/features/stages.py",  # subclasses SpillingRun
+    "sluiceway/core/model/browsing.py",  # subclasses Subscription
     "sluiceway/core/model/context.py",  # read per message, as attributes (no calls to trace)
     "sluiceway/core/model/destination.py",
-    "sluiceway/core/model/dispatch.py",
-    "sluiceway/core/model/durable.py",  # subclasses Subscription
     "sluiceway/core/model/holding.py",
+    "sluiceway/core/model/queue.py",
     "sluiceway/core/model/registry.py",
     "sluiceway/core/model/subscription.py",
+    "sluiceway/core/model/topic.py",
     "sluiceway/core/values/clock.py",
     "sluiceway/core/values/flow.py",
+    "sluiceway/core/values/fullness.py",
+    "sluiceway/core/values/live_config.py",
     "sluiceway/core/values/memory.py",
     "sluiceway/core/values/message.py",
+    "sluiceway/core/values/message_ids.py",
+    "sluiceway/persist/format.py",
     "sluiceway/persist/journal.py",
     "sluiceway/persist/journal_store.py",
     "sluiceway/persist/liveness.py",
-    "sluiceway/persist/records.py",
 )
 MANIFEST = "compiled.json"
 BUILD_FAILURES = (CCompilerError, CompileError, ExecError, LinkError, PlatformError, OSError)

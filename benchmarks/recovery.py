@@ -62,6 +62,7 @@ from sluiceway.config import load_config
 from sluiceway.core.broker import Broker
 from sluiceway.persist.journal import Journal
 from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.restoring import Delivering
 from sluiceway.session.session import StompSession
 from sluiceway.testing import BrokerProcess
 
@@ -201,7 +202,7 @@ def replay_child(directory: Path) -> None:
 
     store = JournalStore(Journal(directory / "journal"))
     started = time.perf_counter()
-    store.recover(deliver)
+    store.recover(Delivering(deliver))
     seconds = time.perf_counter() - started
     report = store.journal.report
     store.close()

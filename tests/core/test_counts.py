@@ -23,7 +23,7 @@ from sluiceway.errors import ResourceFull
 from sluiceway.naming import parse_destination
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies
-from tests.core.test_lease_persistence import Restartable
+from tests.persist.test_lease_persistence import Restartable
 
 MakeBroker = Callable[[Mapping[str, str]], Broker]
 Q, T = "/queue/q", "/topic/t"

@@ -37,8 +37,8 @@ from sluiceway.core.containers.pending import (
 )
 from sluiceway.core.values.memory import MemoryLedger, message_cost
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.message_codec import encode_message
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.persist.records import encode_message
 from sluiceway.persist.swap import SwapArea
 from tests.core.helpers import message_fields as fields
 from tests.core.swapping import SEGMENT_SIZE, assert_swap_empty
@@ -237,7 +237,7 @@ def packed(messages: list[Message]) -> PackedChunk:
 def test_packed_messages_go_behind_every_message_of_their_level(
     swap: SwapArea, swap_dir: Path
 ) -> None:
-    """Recovery files a backlog beyond the swap point as packed chunks (core.restoring)."""
+    """Recovery files a backlog beyond the swap point as packed chunks (persist.restoring)."""
     ledger = MemoryLedger(threshold=head_threshold(5))
     pending = PendingList(ledger, swap)
     for seq in range(1, 6):

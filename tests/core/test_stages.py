@@ -21,9 +21,9 @@ from sluiceway.core.model.subscription import AckMode
 from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.memory import MESSAGE_OVERHEAD, MemoryLedger
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.staging import StageName
 from sluiceway.errors import BrokerError, Conflict, Forbidden, ResourceFull
 from sluiceway.naming import parse_destination
-from sluiceway.persist.stage_records import StageName
 from sluiceway.persist.swap import SwapArea
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client

@@ -1,6 +1,6 @@
 """A broker in-process on a simulated disk, with the I/O layer's part done by hand.
 
-`Node` opens the broker the way `sluiceway broker` does (server.storage.Storage: the journal, the
+`Node` opens the broker the way `sluiceway broker` does (app.storage.Storage: the journal, the
 swap area, recovery), but on a `SimulatedDisk` and a fake clock, with the group policy's fsync
 rounds run when the test says (`sync`). `Link` is one client connection: a real `StompSession`
 fed frame bytes, whose output is decoded back into frames. After every input the node does what

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from sluiceway.persist.records import RecordType
+from sluiceway.persist.format import RecordType
 from sluiceway.persist.simulated import SimulatedDisk
 from tests.persistence.conftest import StartNode
 from tests.persistence.inprocess import Link, Node

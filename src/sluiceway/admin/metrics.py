@@ -7,7 +7,7 @@ message count and bytes since the broker started (Open MQ's `metrics dst` Curren
 Everything it keeps is bounded by the number of destinations and services.
 
 The counts clients make grow (open transactions and what they hold, cursors, lease groups:
-core.counts) are read when asked: the highest of each now, and how often its limit refused.
+core.values.counts) are read when asked: the highest of each now, and how often its limit refused.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class ServiceTrend:
 
 @dataclass(frozen=True, slots=True)
 class CountTrend:
-    """One count clients make grow, bounded by a property (core.counts)."""
+    """One count clients make grow, bounded by a property (core.values.counts)."""
 
     limit: str  # the property, e.g. imq.stomp.max_transactions
     value: int  # the limit in force

@@ -204,7 +204,7 @@ class MemorySnapshot:
 
 @dataclass(frozen=True, slots=True)
 class DiskSnapshot:
-    """The disk holding the journal (core.disk)."""
+    """The disk holding the journal (core.features.disk)."""
 
     state: str  # ok | low (below the free-space floor) | full (writes fail) | failed
     reason: str  # why it is not ok, and what to do; "" when ok

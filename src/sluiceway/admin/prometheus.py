@@ -110,7 +110,7 @@ class BrokerCollector(Collector):
         )
 
     def _counts(self) -> Iterator[Metric]:
-        """The counts clients make grow (core.counts), labelled by the property bounding each."""
+        """The counts clients make grow (core.values.counts), labelled by the property bounding each."""
         labels = ["limit"]
         value = GaugeMetricFamily("sluiceway_count_limit", "The limit in force", labels=labels)
         highest = GaugeMetricFamily(
@@ -271,7 +271,7 @@ class BrokerCollector(Collector):
 
 def _input(broker: Broker) -> Iterator[Metric]:
     """Connections and the input they hold, against the limits of both (session.input_budget,
-    core.connection_counts)."""
+    core.values.connection_counts)."""
     counts, ledger = broker.connection_counts, broker.ledger
     for name, text, value in (
         (

@@ -23,10 +23,11 @@ from sluiceway.core.model.store import MemoryStore, MessageStore
 from sluiceway.core.values.clock import Clock
 from sluiceway.errors import SluicewayError
 from sluiceway.persist.files import OS_FILES, Files
+from sluiceway.persist.format import describe_damaged
 from sluiceway.persist.journal import Journal, SyncPolicy
 from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.records import describe_damaged
 from sluiceway.persist.replay import Recovery
+from sluiceway.persist.restoring import restore_broker
 from sluiceway.persist.segments import (
     SEGMENT_HEADER_SIZE,
     CorruptJournal,
@@ -73,6 +74,8 @@ class Storage:
         self.config = config
         self.notifier = SyncNotifier()
         self.store: MessageStore
+        # The same store, when it is the journal's: recovery runs into the broker through it.
+        self.journal_store: JournalStore | None = None
         self.swap: SwapArea | None = None
         self._lock_file: IO[str] | None = None
         if config.persist_store == "memory":
@@ -91,7 +94,7 @@ class Storage:
             files=files,
             sync_thread=sync_thread,
         )
-        self.store = JournalStore(journal)
+        self.store = self.journal_store = JournalStore(journal)
         if config.swap_threshold != 0:
             self.swap = SwapArea(self.directory / "swap")
             self.swap.open()
@@ -121,8 +124,10 @@ class Storage:
     def open_broker(self, clock: Clock | None = None) -> tuple[Broker, Recovery | None]:
         """A broker on this storage, with whatever the journal held read back."""
         broker = Broker(self.config, clock=clock, store=self.store, spill=self.swap)
+        if self.journal_store is None:
+            return broker, None  # an in-memory store holds nothing from before
         try:
-            recovery = broker.recover()
+            recovery = restore_broker(self.journal_store, broker)
         except CorruptJournal as exc:
             if not exc.skippable:
                 raise StorageError(
@@ -143,8 +148,7 @@ class Storage:
                 "the damaged records, set -D imq.persist.file.skip_corrupt=true (the damaged bytes "
                 "are saved under journal/discarded first)."
             ) from exc
-        if recovery is not None and isinstance(self.store, JournalStore):
-            _log_recovery(self.store, recovery)
+        _log_recovery(self.journal_store, recovery)
         return broker, recovery
 
     def close(self) -> None:

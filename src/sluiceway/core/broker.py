@@ -44,12 +44,18 @@ from sluiceway.core.model.context import Context
 from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.registry import DestinationRegistry
-from sluiceway.core.model.store import MemoryStore, MessageStore
+from sluiceway.core.model.store import (
+    BrokerSnapshot,
+    MemoryStore,
+    MessageStore,
+    StoreWriteError,
+)
 from sluiceway.core.model.subscription import MessageFilter
 from sluiceway.core.model.topic import DurableState, Topic
 from sluiceway.core.values.clock import Clock, SystemClock
 from sluiceway.core.values.connection_counts import ConnectionCounts
 from sluiceway.core.values.counts import CountRefusals
+from sluiceway.core.values.durable_record import DurableRecord
 from sluiceway.core.values.flow import ConnectionFlow
 from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.memory import MemoryLedger, MemoryLevel, level_policy, swap_point
@@ -64,13 +70,6 @@ from sluiceway.errors import (
     ResourceFull,
 )
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.lease_records import encode_lease_snapshot
-from sluiceway.persist.records import DurableRecord, RecordType
-from sluiceway.persist.replay import Recovery
-from sluiceway.persist.restoring import Restorer
-from sluiceway.persist.segments import JournalWriteError
-from sluiceway.persist.stage_journal import StageJournal
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +100,7 @@ class Broker:
         # Without a swap area there is nowhere to spill to, so no threshold applies.
         threshold = swap_point(config, policy) if spill is not None else 0
         self.ledger = MemoryLedger(threshold, policy)
-        # The journal's disk (core.disk): always OK for a store without one.
+        # The journal's disk (core.features.disk): always OK for a store without one.
         self.disk = DiskGuard(
             self.clock, floor=config.disk_free_limit, backlog_limit=config.disk_backlog_max
         )
@@ -119,17 +118,13 @@ class Broker:
         # Durable subscriptions by (client id, name), and the topic that keeps each.
         self.durables: dict[tuple[str, str], Topic] = {}
         self._next_durable_id = 0
-        # Refusals by the limits on counts clients make grow (core.counts).
+        # Refusals by the limits on counts clients make grow (core.values.counts).
         self.refusals = CountRefusals()
         # Topic cursors and queue leases (docs/pipelines-protocol.md).
-        self.cursors = Cursors(self.registry, self.store, self.refusals)
+        self.cursors = Cursors(self.registry, self.refusals)
         self.leases = Leases(self._live, self.registry, self.clock, self.refusals)
         # Stages: batches published exactly once (same document).
         self.stages = StageArea(self._live, self.context, self.registry)
-        if isinstance(self.store, JournalStore):
-            self.store.set_snapshot(self._snapshot)
-            self.store.add_snapshot_part(self._lease_snapshot)
-            StageJournal(self.store, self.stages)
         self.connections: dict[int, CoreConnection] = {}
         self._next_connection = 0
         # The STOMP connections every listener accepted, counted against their limits.
@@ -158,41 +153,26 @@ class Broker:
         """The broker's configuration as it stands (`update_properties` replaces it)."""
         return self._live.current
 
-    def recover(self) -> Recovery | None:
-        """Read back what the journal holds (None for an in-memory store). Call once, first."""
-        if not isinstance(self.store, JournalStore):
-            return None
-        restorer = Restorer(self.registry)
-        recovery = self.store.recover(restorer.message, restorer.encoded)
-        restorer.finish()
-        for name, seq in recovery.seqs.items():
-            self.registry.recovered(name).resume_seq(seq)
-        for recovered in recovery.durables.values():
-            record = recovered.record
-            topic = self.registry.recovered(DestinationName(DestinationKind.TOPIC, record.topic))
-            assert isinstance(topic, Topic)
-            state = DurableState(record, _selector(record.selector))
-            state.acked_ahead = recovered.acked
-            state.deliveries = recovered.delivered
-            topic.add_durable(state)
-            self.durables[state.key] = topic
-            self._next_durable_id = max(self._next_durable_id, record.sub_id)
-        self.cursors.restore(recovery.leases.cursors, self.config.cursor_max_groups)
-        self.leases.restore(recovery.leases)
-        # Measured before the first SEND: a disk already low holds producers from the start.
-        self.store.watch_disk(self.disk)
-        return recovery
+    def restore_durable(
+        self, record: DurableRecord, acked: set[int], delivered: dict[int, int]
+    ) -> None:
+        """A durable subscription the store held, back on its topic (at start-up, while the
+        store recovers: core.model.store.Restore)."""
+        topic = self.registry.recovered(DestinationName(DestinationKind.TOPIC, record.topic))
+        assert isinstance(topic, Topic)
+        state = DurableState(record, _selector(record.selector))
+        state.acked_ahead = acked
+        state.deliveries = delivered
+        topic.add_durable(state)
+        self.durables[state.key] = topic
+        self._next_durable_id = max(self._next_durable_id, record.sub_id)
 
-    def _snapshot(self) -> tuple[list[tuple[DestinationName, int]], list[DurableRecord]]:
-        """What a new journal segment starts with: the state older segments may no longer hold."""
+    def snapshot(self) -> BrokerSnapshot:
+        """The state a store restates when it starts afresh (a journal's new segment): the
+        sequence numbers spoken for, and the durable subscriptions."""
         seqs = [(d.name, d.reserved_seq) for d in self.registry if d.reserved_seq]
         durables = [topic.durables[key].record for key, topic in self.durables.items()]
         return seqs, durables
-
-    def _lease_snapshot(self) -> tuple[RecordType, bytes]:
-        """The cursors and lease groups a new journal segment starts with, after _snapshot."""
-        snapshot = self.leases.snapshot(self.cursors.records())
-        return RecordType.LEASE_SNAPSHOT, encode_lease_snapshot(snapshot)
 
     # -- durable subscriptions ------------------------------------------------------------------
 
@@ -260,7 +240,7 @@ class Broker:
     def tick(self) -> None:
         """Periodic work: reclaim messages held by stalled connections, sweep expired messages,
         keep the journal up (retry the writes that wait for a full disk, measure its free space:
-        core.disk), measure memory, expire leases past their lease-ttl, review throttling, refuse
+        core.features.disk), measure memory, expire leases past their lease-ttl, review throttling, refuse
         SENDs held past their deadline, and let go those that may go."""
         now = self.clock.monotonic()
         reclaim_after = self.config.stalled_reclaim_ms / 1000
@@ -448,7 +428,7 @@ class Broker:
             topic.trim()
         try:
             return self.store.compact()
-        except JournalWriteError as exc:
+        except StoreWriteError as exc:
             raise ResourceFull(f"disk {self.disk.level.name.lower()}", str(exc)) from None
 
     def sweep_expired(self) -> int:

@@ -25,7 +25,7 @@ from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.holding import HeldQueue, HeldSend
 from sluiceway.core.model.queue import Queue, QueueSubscription
 from sluiceway.core.model.registry import DestinationRegistry
-from sluiceway.core.model.store import MessageStore
+from sluiceway.core.model.store import MessageStore, StoreError
 from sluiceway.core.model.subscription import AckMode, Delivery, MessageFilter, Outlet, Subscription
 from sluiceway.core.model.topic import DurableState, DurableSubscription, Topic, TopicSubscription
 from sluiceway.core.values.clock import Clock
@@ -36,7 +36,6 @@ from sluiceway.core.values.message import Message
 from sluiceway.core.values.message_ids import MessageIds
 from sluiceway.errors import BadRequest, BrokerError, Conflict, InternalError, ResourceFull
 from sluiceway.naming import DestinationName
-from sluiceway.persist.segments import JournalError
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +127,7 @@ class CoreConnection(Outlet):
         self.writable = True
         self.unwritable_since: float | None = None
         self.closed = False
-        # Producing: SENDs held until their destination can take them (core.holding), the
+        # Producing: SENDs held until their destination can take them (core.model.holding), the
         # destinations this connection is a producer of, and its memory-level credit.
         self.held = HeldQueue()
         self.produced_to: set[Destination] = set()
@@ -247,7 +246,7 @@ class CoreConnection(Outlet):
         With `durable_name`, it attaches to that durable subscription of this connection's
         client id, creating it if new. With `cursor` (a topic browser), it opens that cursor
         and reads from its position unless told where; with `lease`, it reads that queue lease,
-        creating it if new (core.cursors, core.leases).
+        creating it if new (core.features.cursors, core.features.leases).
         """
         if sub_id in self.subscriptions:
             raise Conflict(
@@ -395,7 +394,7 @@ class CoreConnection(Outlet):
     ) -> Sent:
         """Accept a message for `name`: published now, held until its destination can take it
         (the HeldSend is returned), or published at COMMIT of `transaction`. With `stage`, it
-        goes through the same admission into that stage instead (core.stages).
+        goes through the same admission into that stage instead (core.features.stages).
 
         `report` (default: `persistent`) says whether the producer hears of a refusal: the
         SEND asked for a receipt, or is persistent. Without it a refused message is dropped and
@@ -549,7 +548,7 @@ class CoreConnection(Outlet):
             self.transactions.pop(tx_id).abort()
             cause = (
                 "the journal could not write its records"
-                if isinstance(exc, JournalError)
+                if isinstance(exc, StoreError)
                 else "the broker failed internally"
             )
             raise InternalError(

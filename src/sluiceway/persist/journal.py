@@ -3,8 +3,8 @@
 Records are opaque bytes with a small integer type (0-255). Each gets a log sequence number (LSN):
 1 for the first record ever, then one more per record, across segments.
 
-The on-disk format, and how a segment is read back and checked, are in store/segments.py;
-recovery (what is cut, reported or refused after a crash or damage) in store/recovering.py.
+The on-disk format, and how a segment is read back and checked, are in persist/segments.py;
+recovery (what is cut, reported or refused after a crash or damage) in persist/recovering.py.
 
 A failed write (ENOSPC, EDQUOT, EFBIG, EIO) is survived: whatever part of it reached the file
 is cut off again (back to the end of the last record written whole), and its records stay

@@ -1,6 +1,6 @@
 """Persistent messages in the journal: what the broker writes, what is still live, recovery.
 
-The broker appends a record for each event that must survive a crash (core.records lists them):
+The broker appends a record for each event that must survive a crash (persist.format's table):
 a persistent message accepted (ADD), delivered (DELIVERED_RUN: the deliveries that one write to
 consumers carries, as one record), consumed (REMOVE, or REMOVE_RUN: the consumptions one read
 brings, of messages added in the same segment, as one record), a durable
@@ -15,16 +15,17 @@ message is (a DELIVERED_RUN while any of its messages is: a count per run); a RE
 segment holding its ADD still exists (else the message would come back on recovery), which a
 REMOVE_RUN never outlives (it is only written in the segment of all its ADDs); SEQ,
 DURABLE and SNAPSHOT records only until the next rotation, which starts the new segment with a
-SNAPSHOT of that state. Topic cursors and queue leases follow the same two lifetimes
-(core.lease_records): their state records are restated after the SNAPSHOT, and a LEASE_MARK
-lives as long as its message. A segment with no live record is deleted; one that is mostly dead
-is rewritten with its live records only.
+SNAPSHOT of that state. The features that keep records of their own here (StoreExtensions:
+topic cursors and queue leases, stages) follow the same lifetimes through the ExtensionLog
+calls below: their state records are restated by their snapshots after the SNAPSHOT, and their
+marks (a LEASE_MARK) live as long as their message. A segment with no live record is deleted;
+one that is mostly dead is rewritten with its live records only.
 
 A write the disk refuses is survived: its records wait in memory, in order, and the upkeep
-retries it (store.journal); what that means for producers is core.disk's, which the store tells
-what the journal finds (a failed write at once, the free space on each upkeep).
+retries it (persist.journal); what that means for producers is core.features.disk's, which the
+store tells what the journal finds (a failed write at once, the free space on each upkeep).
 
-Recovery is core.replay's.
+Recovery is persist.replay's.
 """
 
 from __future__ import annotations
@@ -34,37 +35,28 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
-from sluiceway.core.features.disk import DiskGuard, DiskLevel, observe_journal
+from sluiceway.core.features.disk import DiskGuard, DiskLevel
+from sluiceway.core.model.store import BrokerSnapshot, Restore, StoredRecord, StoreExtension
 from sluiceway.core.values.clock import SystemClock
+from sluiceway.core.values.durable_record import DurableRecord
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.message_codec import encode_message
 from sluiceway.naming import DestinationName
-from sluiceway.persist.journal import Journal
-from sluiceway.persist.lease_records import (
-    CursorRecord,
-    LeaseRecord,
-    LeaseState,
-    encode_cursor,
-    encode_cursor_end,
-    encode_lease,
-    encode_lease_end,
-    encode_lease_mark,
-)
-from sluiceway.persist.liveness import Liveness
-from sluiceway.persist.records import (
-    DurableRecord,
-    EncodedMessage,
+from sluiceway.persist.format import (
+    RESTATED_BY,
     RecordType,
     encode_durable,
     encode_lsns,
     encode_mark,
-    encode_message,
     encode_position,
     encode_snapshot,
     encode_sub,
     encode_sub_mark,
     encode_tx,
 )
-from sluiceway.persist.replay import RESTATED_BY, JournalExtension, Recovery, Replay
+from sluiceway.persist.journal import Journal
+from sluiceway.persist.liveness import Liveness
+from sluiceway.persist.replay import Recovery, Replay
 from sluiceway.persist.segments import (
     JournalError,
     JournalWriteError,
@@ -79,18 +71,33 @@ COMPACT_MIN_BYTES: Final = 1024 * 1024  # ...and it is at least this big (small 
 SEQ_BLOCK: Final = 1000  # sequence numbers reserved per SEQ record
 RUN_MAX: Final = 1024  # deliveries (or removals) gathered for one *_RUN record, at most
 
-Snapshot = Callable[[], tuple[list[tuple[DestinationName, int]], list[DurableRecord]]]
-# More state a new segment starts with, after the SNAPSHOT: one record (type and payload).
-SnapshotPart = Callable[[], tuple[RecordType, bytes]]
+
+def observe_journal(guard: DiskGuard, journal: Journal, *, measure: bool) -> None:
+    """Tell `guard` what `journal` found; with `measure`, and at a write's first failure, the
+    free space too (statvfs)."""
+    space = None
+    if measure or (journal.write_error is not None and guard.level < DiskLevel.FULL):
+        try:
+            space = journal.free_space()
+        except OSError:
+            space = (-1, -1)  # not measurable (the directory vanished?): write errors still tell
+    guard.observe(
+        journal.bytes_written,
+        write_error=journal.write_error,
+        backlog=journal.waiting_bytes,
+        failure=journal.failure,
+        space=space,
+    )
 
 
 class JournalStore:
     """The broker's persistent state, kept in a Journal."""
 
-    def __init__(self, journal: Journal, snapshot: Snapshot | None = None) -> None:
+    def __init__(
+        self, journal: Journal, snapshot: Callable[[], BrokerSnapshot] | None = None
+    ) -> None:
         self.journal = journal
         self._snapshot = snapshot
-        self._snapshot_parts: list[SnapshotPart] = []
         self._live = Liveness()
         # State records (SEQ, DURABLE, CURSOR, STAGE_OPEN...) since the last rotation, by the
         # snapshot record that restates them at the start of the next segment.
@@ -100,7 +107,9 @@ class JournalStore:
         self._superseded: list[int] = []
         self._restated = 0
         self._tx: list[tuple[RecordType, bytes, Message]] | None = None
-        self._extensions: list[JournalExtension] = []
+        # The features that keep their records here, each with the record restating its state
+        # after the SNAPSHOT at the start of every segment (in the order they were added).
+        self._extensions: list[StoreExtension] = []
         # Deliveries not yet in the journal: written as one DELIVERED_RUN before any other record
         # and by every flush (so before the MESSAGE frames that carry them leave).
         self._run: list[Message] = []
@@ -110,24 +119,21 @@ class JournalStore:
         # (in the active segment) and marks. Written like _run; `last_lsn` writes it too.
         self._removes: list[tuple[int, list[int] | None]] = []
         # Messages `added` that were in the journal already (a published stage's, whose
-        # STAGE_ADD stands as its ADD): core.stage_journal compares the count around a publish.
+        # STAGE_ADD stands as its ADD): persist.stage_extension compares the count around a publish.
         self.adoptions = 0
         self.changes = 0  # grows with every record appended or gathered into a run
         self._disk = DiskGuard(SystemClock())  # the broker's, once it watches this store
 
     def watch_disk(self, guard: DiskGuard) -> None:
-        """Tell `guard` what the journal finds of its disk, from now on (core.disk)."""
+        """Tell `guard` what the journal finds of its disk, from now on (core.features.disk)."""
         self._disk = guard
         guard.path = str(self.journal.directory)
         observe_journal(self._disk, self.journal, measure=True)
 
-    def set_snapshot(self, snapshot: Snapshot) -> None:
+    def set_snapshot(self, snapshot: Callable[[], BrokerSnapshot]) -> None:
         self._snapshot = snapshot
 
-    def add_snapshot_part(self, part: SnapshotPart) -> None:
-        self._snapshot_parts.append(part)
-
-    def add_extension(self, extension: JournalExtension) -> None:
+    def extend(self, extension: StoreExtension) -> None:
         self._extensions.append(extension)
 
     # -- appending --------------------------------------------------------------------------------
@@ -256,23 +262,6 @@ class JournalStore:
     def durable_ended(self, sub_id: int) -> None:
         self._meta_record(RecordType.DURABLE_END, encode_sub(sub_id))
 
-    def cursor_saved(self, record: CursorRecord) -> None:
-        self._meta_record(RecordType.CURSOR, encode_cursor(record))
-
-    def cursor_deleted(self, topic: str, group: str) -> None:
-        self._meta_record(RecordType.CURSOR_END, encode_cursor_end(topic, group))
-
-    def lease_opened(self, record: LeaseRecord) -> None:
-        self._meta_record(RecordType.LEASE, encode_lease(record))
-
-    def lease_marked(self, lease_id: int, message: Message) -> None:
-        if message.location:
-            payload = encode_lease_mark(lease_id, message.seq, message.location)
-            self._mark(message, self._append(RecordType.LEASE_MARK, payload))
-
-    def lease_ended(self, lease_id: int, state: LeaseState) -> None:
-        self._meta_record(RecordType.LEASE_END, encode_lease_end(lease_id, state))
-
     def _meta_record(self, record_type: RecordType, payload: bytes) -> None:
         lsn = self._append(record_type, payload)
         self._live.born(lsn)
@@ -289,18 +278,24 @@ class JournalStore:
         self._live.born(lsn)
         self._meta.setdefault(snapshot, []).append(lsn)
 
-    # -- for extensions (JournalExtension): their records follow the same two lifetimes -----------
+    # -- for extensions (core.model.store.ExtensionLog): the same lifetimes as the above -------
 
-    def append_live(self, record_type: RecordType, payload: bytes) -> int:
+    def append_live(self, record_type: int, payload: bytes) -> int:
         """Append a record that lives until `kill` (or a REMOVE naming it); return its LSN."""
-        lsn = self._append(record_type, payload)
+        lsn = self._append(RecordType(record_type), payload)
         self._live.born(lsn)
         return lsn
 
-    def append_state(self, record_type: RecordType, payload: bytes) -> int:
+    def append_state(self, record_type: int, payload: bytes) -> int:
         """Append a state record, live until the next rotation restates it; return its LSN."""
-        self._meta_record(record_type, payload)
+        self._meta_record(RecordType(record_type), payload)
         return self.last_lsn
+
+    def append_mark(self, record_type: int, payload: bytes, message: Message) -> int:
+        """Append a mark on `message` (in the journal), live while the message is."""
+        lsn = self._append(RecordType(record_type), payload)
+        self._mark(message, lsn)
+        return lsn
 
     def kill(self, lsn: int) -> None:
         self._live.kill(lsn)
@@ -324,9 +319,15 @@ class JournalStore:
         """Recovery, first pass: an extension's record read (`kill` it later if it dies)."""
         self._live.born(lsn, live=live)
 
-    def replayed_state(self, lsn: int, record_type: RecordType) -> None:
+    def replayed_state(self, lsn: int, record_type: int) -> None:
         """Recovery, first pass: an extension's state record read."""
-        self._state_read(lsn, record_type)
+        self._state_read(lsn, RecordType(record_type))
+
+    def replayed_mark(self, record: StoredRecord, add: int, *, delivery: bool) -> bool:
+        """Recovery, first pass: an extension's mark on the message added at `add`: live
+        (True) while that message is; with `delivery`, one delivery of it."""
+        assert isinstance(record, Record)  # the journal hands its extensions its own records
+        return self._replay.mark(record, add, delivery=delivery)
 
     def forget_replayed(self, lsn: int) -> None:
         """Recovery, first pass: the record `lsn` read earlier is dead, and so are its marks."""
@@ -474,8 +475,9 @@ class JournalStore:
         if self._snapshot is not None:
             seqs, durables = self._snapshot()
             self._meta_record(RecordType.SNAPSHOT, encode_snapshot(seqs, durables))
-        for part in self._snapshot_parts:
-            self._meta_record(*part())
+        for extension in self._extensions:
+            record_type, payload = extension.snapshot()
+            self._meta_record(RecordType(record_type), payload)
         self._restated = self.last_lsn
         # On disk now, whatever the sync policy: the upkeep may delete or compact the old
         # segments once the state records the snapshots restate die, and a power cut must not
@@ -553,14 +555,10 @@ class JournalStore:
 
     # -- recovery ---------------------------------------------------------------------------------
 
-    def recover(
-        self,
-        deliver: Callable[[Message], None],
-        take_encoded: Callable[[EncodedMessage], bool] | None = None,
-    ) -> Recovery:
-        """Replay the journal (core.replay): `deliver` gets each live message, in order; returns
-        the rest. `take_encoded`, when given, is offered each live ADD's message first,
-        undecoded; one it takes (True) is not decoded, nor given to `deliver`."""
+    def recover(self, restore: Restore) -> Recovery:
+        """Replay the journal (persist.replay) into `restore`: each live message in order (an
+        ADD's offered undecoded first), then the sequence numbers and durable subscriptions.
+        Returns what recovery found, cursors and leases included."""
         self._replay = Replay(
             self.journal,
             self._live,
@@ -570,4 +568,12 @@ class JournalStore:
             drop_mark=self._drop_mark,
             append=self._append,
         )
-        return self._replay.run(deliver, take_encoded)
+        recovery = self._replay.run(restore.message, restore.encoded)
+        restore.finish()
+        for name, seq in recovery.seqs.items():
+            restore.sequence(name, seq)
+        for durable in recovery.durables.values():
+            restore.durable(durable.record, durable.acked, durable.delivered)
+        for extension in self._extensions:
+            extension.recovered()
+        return recovery

@@ -1,11 +1,12 @@
-"""Recovery of the broker's persistent state from its journal (for core.persistence).
+"""Recovery of the broker's persistent state from its journal (for persist.journal_store).
 
 Recovery reads the journal twice. The first pass replays only the bookkeeping: which ADDs are
-still live, how often each was delivered, the durable subscriptions, cursors and leases; and it
+still live, how often each was delivered, the durable subscriptions; the extensions' records
+(cursors and leases, stages) go to their extensions (core.model.store.StoreExtension); and it
 notes where each ADD is. The second pass reads again only the ADDs still live, in order, and
 hands their messages to their destinations, which spill to the swap area as needed, so a
 backlog larger than memory can be recovered. A message bound for the swap area is handed over
-as its record holds it, never decoded (core.restoring): a large backlog is mostly that.
+as its record holds it, never decoded (persist.restoring): a large backlog is mostly that.
 
 A transaction's records count only once all of them have been read: a transaction cut by a
 crash changes nothing, and recovery writes a TX_CUT naming it, so that records appended later
@@ -19,16 +20,15 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final, NoReturn, Protocol
+from typing import Final, NoReturn
 
+from sluiceway.core.model.store import StoreExtension
+from sluiceway.core.values.durable_record import DurableRecord
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.message_codec import EncodedMessage, peek_message
 from sluiceway.naming import DestinationName
-from sluiceway.persist.journal import Journal
-from sluiceway.persist.lease_records import STATE_RECORDS, RecoveredLeases, decode_lease_mark
-from sluiceway.persist.liveness import Liveness
-from sluiceway.persist.records import (
-    DurableRecord,
-    EncodedMessage,
+from sluiceway.persist.format import (
+    RESTATED_BY,
     RecordType,
     decode_durable,
     decode_lsn,
@@ -40,51 +40,15 @@ from sluiceway.persist.records import (
     decode_sub_mark,
     decode_tx,
     encode_lsn,
-    peek_message,
 )
+from sluiceway.persist.journal import Journal
+from sluiceway.persist.liveness import Liveness
 from sluiceway.persist.segments import CorruptJournal, Record
 
 # Read for every record recovered: a Final name is a C static when compiled (setup.py says why).
 _ADD: Final = int(RecordType.ADD)
 _TX: Final = int(RecordType.TX)
 _TX_CUT: Final = int(RecordType.TX_CUT)
-
-# The snapshot record that restates each kind of state record at the start of every segment.
-RESTATED_BY: Final = {
-    **dict.fromkeys(
-        (RecordType.SNAPSHOT, RecordType.SEQ, RecordType.DURABLE, RecordType.DURABLE_END),
-        RecordType.SNAPSHOT,
-    ),
-    **dict.fromkeys(STATE_RECORDS, RecordType.LEASE_SNAPSHOT),
-    **dict.fromkeys(
-        (
-            RecordType.STAGE_OPEN,
-            RecordType.STAGE_COMMIT,
-            RecordType.STAGE_DISCARD,
-            RecordType.STAGE_SNAPSHOT,
-        ),
-        RecordType.STAGE_SNAPSHOT,
-    ),
-}
-
-
-class JournalExtension(Protocol):
-    """Records another core module keeps in this journal under record types of its own
-    (core.stage_journal), replayed through these calls."""
-
-    record_types: frozenset[int]
-    restore_types: frozenset[int]  # those of its records the second pass reads again
-
-    def replay(self, record: Record) -> None:
-        """First recovery pass: one of its records, in journal order (bookkeeping only)."""
-        ...
-
-    def restore(self, record: Record | None, deliver: Callable[[Message], None]) -> None:
-        """Second pass: called with each record it reads (the live ADDs, and the live records
-        of every extension's restore_types), in journal order, before the record is handled,
-        then with None at the end; `deliver` takes messages back into their destinations, as
-        for ADD records."""
-        ...
 
 
 @dataclass
@@ -126,7 +90,6 @@ class Recovery:
     # References to messages of deleted segments: REMOVEs, delivery and acknowledgement marks
     # that outlived the segment of the message they name. That message is gone, so are they.
     outlived: int = 0
-    leases: RecoveredLeases = field(default_factory=RecoveredLeases)  # and topic cursors
 
 
 class Replay:
@@ -140,7 +103,7 @@ class Replay:
         journal: Journal,
         live: Liveness,
         *,
-        extensions: list[JournalExtension],
+        extensions: list[StoreExtension],
         run_refs: dict[int, int],
         state_read: Callable[[int, RecordType], None],
         drop_mark: Callable[[int], None],
@@ -195,7 +158,6 @@ class Replay:
 
     def _first_pass_done(self) -> None:
         recovery = self.recovery
-        recovery.leases.keep_live(self._live.is_live)
         for sub_id, durable in recovery.durables.items():
             durable.acked = self._acked.get(sub_id, set())
             durable.delivered = self._delivered.get(sub_id, {})
@@ -334,11 +296,6 @@ class Replay:
             self._replay_run(record, decode_lsns(record.payload))
         elif kind is RecordType.DELIVERED:  # one delivery a record: journals of earlier versions
             self._replay_run(record, (decode_mark(record.payload)[2],))
-        elif kind is RecordType.LEASE_MARK:
-            lease_id, _, add = decode_lease_mark(record.payload)
-            if self._replay_mark(record, add):  # a lease took it: one delivery
-                self._deliveries[add] = self._deliveries.get(add, 0) + 1
-                self.recovery.leases.marked(add, lease_id)
         elif kind in (RecordType.DURABLE_ACK, RecordType.DURABLE_DELIVERED):
             sub_id, seq, add = decode_sub_mark(record.payload)
             if self._replay_mark(record, add):
@@ -391,6 +348,15 @@ class Replay:
         if live:
             self._run_refs[lsn] = live
 
+    def mark(self, record: Record, add: int, *, delivery: bool) -> bool:
+        """First pass: an extension's mark on the message added at `add` (_replay_mark); with
+        `delivery`, one delivery of it."""
+        if not self._replay_mark(record, add):
+            return False
+        if delivery:
+            self._deliveries[add] = self._deliveries.get(add, 0) + 1
+        return True
+
     def _replay_mark(self, record: Record, add: int) -> bool:
         """A record about the message added at `add`: live (True) while that message is."""
         lsn = record.position.lsn
@@ -424,6 +390,4 @@ class Replay:
             durables[durable.sub_id] = RecoveredDurable(durable)
         elif kind is RecordType.DURABLE_END:
             durables.pop(decode_sub(record.payload), None)
-        elif kind in STATE_RECORDS:
-            recovery.leases.replay(kind, record.payload)
         self._state_read(lsn, kind)

@@ -1,5 +1,5 @@
 """The journal's segment files: which exist, creating one, reading one's records back,
-deleting and compacting the old ones (their format is in store/segments.py).
+deleting and compacting the old ones (their format is in persist/segments.py).
 
 Every change is durable when it returns, and a crash in the middle leaves the old state or the
 new one: a new segment's header and the directory are fsynced before it is used; a segment

@@ -10,7 +10,7 @@ including, the next segment's base. Segment header, 16 bytes, `<4sIQ`::
     4   u32  format version: 1
     8   u64  base LSN (the number in the file name)
 
-A compacted segment (see `Journal.rewrite_segment` in store/journal.py) has format version 2
+A compacted segment (see `Journal.rewrite_segment` in persist/journal.py) has format version 2
 and a 24-byte header, `<4sIQQ`: the same fields, then the u64 end LSN (the next segment's base
 when it was compacted).
 Its records keep their LSNs, so there may be gaps between them; all lie in [base, end).
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from sluiceway.errors import SluicewayError
+from sluiceway.core.model.store import StoreError, StoreWriteError
 from sluiceway.persist.files import Files
 
 MAGIC: Final = b"SWJ1"
@@ -142,11 +142,11 @@ class RecoveryReport:
     lsn_gaps: list[tuple[int, int]] = field(default_factory=list)
 
 
-class JournalError(SluicewayError):
+class JournalError(StoreError):
     """The journal cannot do what was asked; the message says why and what to do."""
 
 
-class JournalWriteError(JournalError):
+class JournalWriteError(JournalError, StoreWriteError):
     """A write failed and its records wait in memory (`Journal.write_error`): what was asked
     needs them on disk first. Free space, then `retry_write`."""
 

@@ -1,6 +1,6 @@
 """A simulated disk for tests: the journal's files in memory, crashes, and failures on demand.
 
-`SimulatedDisk` implements the file seam (`store.files.Files`) the way a disk behind a page cache
+`SimulatedDisk` implements the file seam (`persist.files.Files`) the way a disk behind a page cache
 behaves, so that a test can crash the journal anywhere and check what recovery makes of it:
 
 - What a write hands over is visible to every later read at once (it sits in the "page cache").

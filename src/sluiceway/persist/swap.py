@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import re
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from sluiceway.core.containers.pending import SwapRef
 from sluiceway.errors import SluicewayError
 
 _ENTRY: Final = struct.Struct("<4sQ")
@@ -27,13 +27,6 @@ assert _ENTRY.size == 12
 _LIVE: Final = b"LIVE"
 _FREE: Final = b"FREE"
 _NAME: Final = re.compile(r"\d{20}\.swap")
-
-
-@dataclass(frozen=True, slots=True)
-class SwapRef:
-    segment: int  # number of the segment file
-    offset: int  # byte offset of the data in that file
-    length: int  # bytes
 
 
 class SwapError(SluicewayError):

@@ -53,7 +53,7 @@ RESERVED_SEND_HEADERS: Final = frozenset(
         "persistent",
         "sequence",
         "lease",
-        "stage",  # only concern the SEND (core.stages)
+        "stage",  # only concern the SEND (core.features.stages)
         "stage-ttl",
     }
 )

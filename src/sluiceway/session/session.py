@@ -124,7 +124,7 @@ class StompSession:
         # Whether the current frame's RECEIPT waits for the records the frame wrote: not for a
         # non-persistent SEND, which promises nothing durable (the sequence numbers it spoke for
         # are made durable by whatever later depends on them), so that such producers go on
-        # while the disk cannot take the journal's records (core.disk).
+        # while the disk cannot take the journal's records (core.features.disk).
         self._receipt_durable = True
         # A frame without a receipt left records that are not durable yet: the next RECEIPT
         # waits for them too ("a receipt confirms everything before it"; a DISCONNECT with a

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Final
 
 from sluiceway.core.features.stages import StageArea, StagedSend, StageOutcome
+from sluiceway.core.values.staging import MAX_BATCH, StageName
 from sluiceway.errors import BadRequest
-from sluiceway.persist.stage_records import MAX_BATCH, StageName
 from sluiceway.protocol.frames import Frame
 from sluiceway.session import headers as h
 

@@ -17,12 +17,12 @@ import itertools
 import struct
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 from sluiceway.core.values.memory import MemoryLedger
 from sluiceway.core.values.message import Message
-from sluiceway.persist.records import decode_message, encode_message
-from sluiceway.persist.swap import SwapRef
+from sluiceway.core.values.message_codec import decode_message, encode_message
 
 PRIORITY_LEVELS: Final = 10  # JMS priorities 0-9
 CHUNK_MESSAGES: Final = 256  # messages per spilled chunk: one read brings back this many
@@ -36,8 +36,17 @@ _pack_length: Final = _LENGTH.pack
 _pack_bookkeeping: Final = _BOOKKEEPING.pack
 
 
+@dataclass(frozen=True, slots=True)
+class SwapRef:
+    """Where a spill put one chunk's bytes, to read or free them by."""
+
+    segment: int  # number of the segment file
+    offset: int  # byte offset of the data in that file
+    length: int  # bytes
+
+
 class Spill(Protocol):
-    """Where spilled chunks go (store.swap.SwapArea)."""
+    """Where spilled chunks go (persist.swap.SwapArea is the one on disk)."""
 
     def write(self, data: bytes) -> SwapRef: ...
 
@@ -69,7 +78,7 @@ def chunk_of(ref: SwapRef, messages: list[Message]) -> Chunk:
 
 class PackedChunk:
     """Messages gathered as a spilled chunk's bytes (encode_chunk's format) from their encoded
-    form, never decoded: how recovery files a backlog beyond the swap point (core.restoring)."""
+    form, never decoded: how recovery files a backlog beyond the swap point (persist.restoring)."""
 
     __slots__ = ("body_bytes", "count", "first_seq", "last_seq", "parts")
 

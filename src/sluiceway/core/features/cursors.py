@@ -6,12 +6,12 @@ durable subscriptions retain. Reading by range does not move it; a commit moves 
 never back, and the log then drops what no cursor or durable subscription needs any more. A
 cursor is a durable subscription without a subscriber whose position the reader sets: the log,
 its trimming and its journal records (ADD, REMOVE) are the durable subscriptions' own; cursors
-add only their positions (CURSOR, CURSOR_END records, core.lease_records).
+add only their positions (CURSOR, CURSOR_END records, persist.lease_payloads).
 
 Cursors are named by group within their topic: `cursor:GROUP` on /topic/a and on /topic/b are
 two cursors. A topic has at most imq.cursor.max_groups of them: opening a new one beyond it is
 refused (status 414) before anything is written; cursors recovered from the journal are kept
-even beyond it (core.counts).
+even beyond it (core.values.counts).
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from dataclasses import dataclass
 
 from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.registry import DestinationRegistry
-from sluiceway.core.model.store import MessageStore
 from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.counts import CountLimit, CountRefusals
+from sluiceway.core.values.leasing import CursorRecord, LeaseRecorder, Unrecorded
 from sluiceway.errors import BadRequest, NotFound
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.persist.lease_records import CursorRecord
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +72,10 @@ class Cursor:
 class Cursors:
     """Every cursor of the broker, by topic and group."""
 
-    def __init__(
-        self, registry: DestinationRegistry, store: MessageStore, refusals: CountRefusals
-    ) -> None:
+    def __init__(self, registry: DestinationRegistry, refusals: CountRefusals) -> None:
         self._registry = registry
-        self._store = store
+        # Told of every change, to keep the cursors across restarts (persist.lease_extension).
+        self.recorder: LeaseRecorder = Unrecorded()
         self._refusals = refusals
         self._cursors: dict[tuple[DestinationName, str], Cursor] = {}
 
@@ -112,7 +110,7 @@ class Cursors:
             )
         cursor = Cursor(destination, read.group, self._start(destination, read.start))
         self._add(cursor)
-        self._store.cursor_saved(cursor.record)
+        self.recorder.cursor_saved(cursor.record)
         log.debug("cursor %s of %s created at %d", read.group, destination.name, cursor.position)
         return cursor
 
@@ -146,7 +144,7 @@ class Cursors:
         cursor = self.get(name, group)
         if seq > cursor.position:
             cursor.position = seq
-            self._store.cursor_saved(cursor.record)
+            self.recorder.cursor_saved(cursor.record)
             cursor.topic.trim()
         return cursor
 
@@ -159,7 +157,7 @@ class Cursors:
     def _remove(self, cursor: Cursor) -> None:
         del self._cursors[cursor.topic.name, cursor.group]
         del cursor.topic.cursors[cursor.group]
-        self._store.cursor_deleted(cursor.topic.name.name, cursor.group)
+        self.recorder.cursor_deleted(cursor.topic.name.name, cursor.group)
 
     def topic_destroyed(self, topic: Topic) -> None:
         """An administrator destroyed `topic`: its cursors go with it."""

@@ -7,7 +7,7 @@ with the `JMS_SUN_DMQ_*` properties as headers (reason, timestamp, comment, deli
 original destination), no expiration, and no body when `imq.destination.DMQ.truncateBody` is set.
 
 `DeadLetters` owns the queue and makes messages dead into it: it is the `DeadEnd` every other
-destination is given (core.context). The queue itself is made with a context that has no dead
+destination is given (core.model.context). The queue itself is made with a context that has no dead
 end, as its own messages are never copied anywhere.
 
 The queue itself has Open MQ's settings: 1000 messages, 10 MiB, REMOVE_OLDEST (what overflows is

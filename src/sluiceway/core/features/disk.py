@@ -7,7 +7,7 @@
   the second between two measurements. It clears once the free space is back above the floor
   plus a tenth of it, so it does not flap at the boundary.
 - FULL: a journal write failed (ENOSPC, EDQUOT, EFBIG, EIO...). The journal cut off what of it
-  reached the file and keeps its records in memory, in order (store.journal); the tick retries
+  reached the file and keeps its records in memory, in order (persist.journal); the tick retries
   the write. It clears when a retried write succeeds.
 - FAILED: the journal stopped for good (a failed fsync: the page cache may have dropped the data,
   so a retry proves nothing). It clears only with a restart.
@@ -38,7 +38,6 @@ from typing import Final
 
 from sluiceway.core.values.clock import Clock
 from sluiceway.errors import BrokerError, InternalError, ResourceFull
-from sluiceway.persist.journal import Journal
 
 log = logging.getLogger(__name__)
 
@@ -245,24 +244,6 @@ class DiskGuard:
             backlog_limit=self.backlog_limit,
             reading_stopped=self.reading_stopped,
         )
-
-
-def observe_journal(guard: DiskGuard, journal: Journal, *, measure: bool) -> None:
-    """Tell `guard` what `journal` found; with `measure`, and at a write's first failure, the
-    free space too (statvfs)."""
-    space = None
-    if measure or (journal.write_error is not None and guard.level < DiskLevel.FULL):
-        try:
-            space = journal.free_space()
-        except OSError:
-            space = (-1, -1)  # not measurable (the directory vanished?): write errors still tell
-    guard.observe(
-        journal.bytes_written,
-        write_error=journal.write_error,
-        backlog=journal.waiting_bytes,
-        failure=journal.failure,
-        space=space,
-    )
 
 
 def _size(count: int) -> str:

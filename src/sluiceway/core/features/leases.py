@@ -46,18 +46,20 @@ from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.values.clock import Clock
 from sluiceway.core.values.counts import CountLimit, CountRefusals
 from sluiceway.core.values.flow import destination_window
+from sluiceway.core.values.leasing import (
+    CursorRecord,
+    GroupRecord,
+    LeaseRecord,
+    LeaseRecorder,
+    LeaseSnapshot,
+    LeaseState,
+    RecoveredLeases,
+    Unrecorded,
+)
 from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
 from sluiceway.errors import BadRequest, Gone, NotFound, ResourceFull
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.persist.lease_records import (
-    CursorRecord,
-    GroupRecord,
-    LeaseRecord,
-    LeaseSnapshot,
-    LeaseState,
-    RecoveredLeases,
-)
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +170,8 @@ class Leases:
         # (expires, lease id, lease) of leases that may be open; ended ones are dropped lazily.
         self._deadlines: list[tuple[int, int, Lease]] = []
         self._open = 0
+        # Told of every lease, to keep them across restarts (persist.lease_extension).
+        self.recorder: LeaseRecorder = Unrecorded()
 
     @property
     def open_count(self) -> int:
@@ -265,7 +269,7 @@ class Leases:
         )
         self._next_id += 1
         # The lease's record comes before its messages' marks, which name it.
-        queue.store.lease_opened(lease.record)
+        self.recorder.lease_opened(lease.record)
         self._take(lease, max_messages, max_bytes, now)
         group.high = request.number
         group.open[request.number] = lease
@@ -285,7 +289,7 @@ class Leases:
         queue = lease.queue
         if queue.paused_consumers:
             return  # pause dst -pst CONSUMERS: nothing leaves the queue
-        pending, store, messages = queue.pending, queue.store, lease.messages
+        pending, messages = queue.pending, lease.messages
         while len(messages) < max_messages and (message := pending.pop()) is not None:
             if message.expires and message.expired(now):
                 queue.expired(message)
@@ -296,7 +300,7 @@ class Leases:
             message.delivery_count += 1
             queue.stats.delivered(message)
             if message.persistent:
-                store.lease_marked(lease.lease_id, message)
+                self.recorder.lease_marked(lease.lease_id, message)
             messages.append(message)
 
     # -- ending ---------------------------------------------------------------------------------
@@ -363,7 +367,7 @@ class Leases:
         group.remember(lease.number, lease.lease_id, state, self._config.current.lease_max_open)
         lease.state = state
         # The end first: a crash before every REMOVE is written completes them at recovery.
-        queue.store.lease_ended(lease.lease_id, state)
+        self.recorder.lease_ended(lease.lease_id, state)
         for batch in lease.messages.drain():
             if state is LeaseState.ACKNOWLEDGED:
                 for message in batch:
@@ -403,7 +407,7 @@ class Leases:
                     self._config.current.lease_max_open,
                 )
                 lease.state = LeaseState.EXPIRED
-                queue.store.lease_ended(lease.lease_id, LeaseState.EXPIRED)
+                self.recorder.lease_ended(lease.lease_id, LeaseState.EXPIRED)
                 for batch in lease.messages.drain():
                     for message in batch:
                         queue.finished(message)

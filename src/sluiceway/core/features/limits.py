@@ -9,7 +9,7 @@ Checked in this order for every new message (Open MQ, reference sections 1.5-1.8
 3. The destination's `maxNumMsgs` / `maxTotalMsgBytes` (for a topic, the fullest subscription
    backlog, or its log), by `limitBehavior`:
    - REJECT_NEWEST: refused with 414, naming the destination, the limit and its value;
-   - FLOW_CONTROL: the producer is held until there is room (core.holding);
+   - FLOW_CONTROL: the producer is held until there is room (core.model.holding);
    - REMOVE_OLDEST / REMOVE_LOW_PRIORITY: room is made by evicting (to the dead message queue
      when `useDMQ`), and the new message is accepted.
 

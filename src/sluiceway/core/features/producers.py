@@ -1,17 +1,17 @@
 """The producer side of the broker: admission of new messages, holding and releasing producers.
 
-Every new message passes `admit` (see core.limits for the order of the checks): an administrator's
-pause, JMS IQ Manager throttling (core.throttle), memory level RED and, for a message the journal
-would keep, a disk low or full (core.disk) hold the SEND; a failed journal, the system limits
+Every new message passes `admit` (see core.features.limits for the order of the checks): an administrator's
+pause, JMS IQ Manager throttling (core.values.throttle), memory level RED and, for a message the journal
+would keep, a disk low or full (core.features.disk) hold the SEND; a failed journal, the system limits
 and a REJECT_NEWEST destination refuse it; REMOVE_OLDEST / REMOVE_LOW_PRIORITY make room by
-evicting; FLOW_CONTROL holds it until there is room (core.holding).
+evicting; FLOW_CONTROL holds it until there is room (core.model.holding).
 
 Held connections are released in the order they were first held (Open MQ resumes paused producers
 in pause order), each taking at most its producer batch per round, so the first one released
 cannot take all the room: under FLOW_CONTROL the batch is maxNumMsgs / maxNumProducers, between
 1 and 1000 (Open MQ's producer credit); otherwise 1000.
 
-Memory levels (core.memory) come in through a per-connection producer credit: a connection may
+Memory levels (core.values.memory) come in through a per-connection producer credit: a connection may
 send the current level's count of messages (5000 at GREEN, 500 at YELLOW, 50 at ORANGE, 0 at RED),
 and at most a quarter of the bytes left below RED, before the broker measures its memory again;
 at RED every SEND is held and a connection that is not yet a producer of a destination is
@@ -111,7 +111,7 @@ class ProducerControl:
 
         With `report` (the SEND asked for a receipt, or the message is persistent) a refusal is
         raised; otherwise the message is dropped and counted, as Open MQ does. With `into`, an
-        admitted message goes there instead of into `destination` (a stage, core.stages), still
+        admitted message goes there instead of into `destination` (a stage, core.features.stages), still
         counted against `destination`'s limits.
         """
         self.register(connection, destination)
@@ -232,7 +232,7 @@ class ProducerControl:
         throttled, paused) is accepted: a transaction's size is bounded by
         imq.transaction.producer.maxNumMsgs, and holding a COMMIT would hold its ACKs too.
         For that reason a COMMIT that would publish persistent messages while the disk is low,
-        full or failed (core.disk) is refused too."""
+        full or failed (core.features.disk) is refused too."""
         disk = self._disk
         if disk.holding or disk.refusing:
             persistent = next((d for d, m in sends if m.persistent), None)

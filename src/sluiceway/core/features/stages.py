@@ -2,7 +2,7 @@
 
 The wire protocol is docs/pipelines-protocol.md ("Stages: publishing a batch exactly once"). A
 stage is named SINK/BATCH/TASK. A SEND with a `stage` header goes through the same admission as
-any SEND (core.producers: limits, FLOW_CONTROL holding, throttling, memory levels); once admitted
+any SEND (core.features.producers: limits, FLOW_CONTROL holding, throttling, memory levels); once admitted
 its message lands here instead of in its destination. From then on it counts toward that
 destination's limits (`staged_count`, `staged_bytes`), the system limits and the memory ledger,
 so producer flow control sees it, but no consumer, browser or range read does.
@@ -15,9 +15,9 @@ batch is remembered: a COMMIT (or ABORT) of a batch at or below it changes nothi
 batch never publishes twice. ABORT and the stage's time to live (checked on the broker's tick)
 discard; discarding frees the room at once, which lets held producers go as consuming would.
 
-Every staged message is in the journal (core.stage_journal) whatever its `persistent` header, so
+Every staged message is in the journal (persist.stage_extension) whatever its `persistent` header, so
 stages survive a restart; once published, a message keeps its header's persistence. A large
-stage does not stay in memory: like a pending list (core.pending), it keeps its oldest messages
+stage does not stay in memory: like a pending list (core.containers.pending), it keeps its oldest messages
 in memory and, once the ledger is over `imq.swap.threshold`, writes newer ones to the swap area
 in chunks, reading them back a chunk at a time when they are published.
 """
@@ -39,15 +39,15 @@ from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
-from sluiceway.errors import Forbidden
-from sluiceway.naming import DestinationName
-from sluiceway.persist.stage_records import (
+from sluiceway.core.values.staging import (
     MAX_EXPIRES,
     OpenStage,
     PublishedStage,
     StagedHead,
     StageName,
 )
+from sluiceway.errors import Forbidden
+from sluiceway.naming import DestinationName
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class Stage:
         self.messages = messages
         self.totals: dict[Destination, _Totals] = {}  # in the order first sent to
         self.expires_ms = 0  # ms since the epoch; moved on by every SEND
-        # Journal bookkeeping (core.stage_journal): the LSNs of its STAGE_ADD records, so a
+        # Journal bookkeeping (persist.stage_extension): the LSNs of its STAGE_ADD records, so a
         # discard can let them die without reading spilled messages back, and the last one.
         self.lsns = array("Q")
         self.last_lsn = 0
@@ -119,7 +119,7 @@ class Stage:
 
 
 class StageRecorder(Protocol):
-    """Where stages are made durable (core.stage_journal), or not (Unrecorded)."""
+    """Where stages are made durable (persist.stage_extension), or not (Unrecorded)."""
 
     def opened(self, stage: Stage) -> None:
         """A stage was created (before its first message is added)."""
@@ -392,7 +392,7 @@ class StageArea:
                 self._counted(destination, -totals.count, -totals.bytes)
                 self._context.room.raised = True
 
-    # -- recovery (core.stage_journal) ---------------------------------------------------------
+    # -- recovery (persist.stage_extension) ---------------------------------------------------------
 
     def restore(self, stage: OpenStage, head: StagedHead, message: Message) -> None:
         """A message of an open stage, read back from the journal at start-up, in send order."""

@@ -155,7 +155,7 @@ class OpenTransactions:
     imq.stomp.transactions.max_messages messages and imq.stomp.transactions.max_bytes bytes of
     bodies sent in them (one message is always accepted when they hold none, so a message of
     imq.message.max_size can be sent in a transaction); per transaction, at most
-    imq.transaction.producer.maxNumMsgs sends (core.counts). A refused BEGIN or SEND changes
+    imq.transaction.producer.maxNumMsgs sends (core.values.counts). A refused BEGIN or SEND changes
     nothing: the transactions stay open, holding what they held.
     """
 

@@ -37,7 +37,7 @@ class NoDeadEnd:
 
 class RoomSignal:
     """Raised when held SENDs may go on: a destination may have room again, or a setting that
-    holds them changed. Producer control lowers it when it has looked (core.producers).
+    holds them changed. Producer control lowers it when it has looked (core.features.producers).
 
     A flag, not a callback: a message leaving a destination raises it, which happens for every
     message consumed, and setting a field costs less than calling out."""

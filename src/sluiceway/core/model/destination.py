@@ -25,7 +25,7 @@ SEQ_BLOCK: Final = 1000
 
 
 class CursorMark(Protocol):
-    """What a topic needs of a cursor on it (core.cursors)."""
+    """What a topic needs of a cursor on it (core.features.cursors)."""
 
     @property
     def position(self) -> int:
@@ -114,11 +114,11 @@ class Destination:
         self.held_count = 0
         self.held_bytes = 0
         self.producers: set[int] = set()  # connection numbers that sent to it
-        self.held_sends = 0  # SENDs to it held for producers (core.holding)
+        self.held_sends = 0  # SENDs to it held for producers (core.model.holding)
         self.paused_producers = False  # pause dst -pst PRODUCERS
         self.paused_consumers = False  # pause dst -pst CONSUMERS
-        self.throttled = False  # JMS IQ Manager throttling (core.throttle)
-        # Messages staged for it and not yet published (core.stages): unseen by consumers, but
+        self.throttled = False  # JMS IQ Manager throttling (core.values.throttle)
+        # Messages staged for it and not yet published (core.features.stages): unseen by consumers, but
         # counted against its limits, so producer flow control sees them.
         self.staged_count = 0
         self.staged_bytes = 0
@@ -217,7 +217,7 @@ class Destination:
 
     def stores(self, message: Message) -> bool:
         """Whether publishing `message`, numbered with its sequence number, keeps it in the
-        store (core.transaction writes its record before publishing it)."""
+        store (core.features.transaction writes its record before publishing it)."""
         raise NotImplementedError
 
     def purge(self) -> int:

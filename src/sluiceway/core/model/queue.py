@@ -175,7 +175,7 @@ class Queue(Destination):
 
     def recovered_packed(self, priority: int, packed: PackedChunk) -> None:
         """Persistent messages read back at start-up, packed for the swap area as they were
-        (core.restoring), behind every message of `priority`."""
+        (persist.restoring), behind every message of `priority`."""
         self.pending.append_packed(priority, packed)
         self.held_count += packed.count
         self.held_bytes += packed.body_bytes

@@ -299,4 +299,3 @@ class Delivery:
 
     def __hash__(self) -> int:
         return hash((self.subscription, self.message, self.delivery_count))
-

@@ -26,10 +26,10 @@ from sluiceway.core.containers.seqlog import SeqLog
 from sluiceway.core.model.context import Context
 from sluiceway.core.model.destination import CursorMark, Destination
 from sluiceway.core.model.subscription import MessageFilter, Subscription
+from sluiceway.core.values.durable_record import DurableRecord
 from sluiceway.core.values.fullness import Fullness
 from sluiceway.core.values.message import Message
 from sluiceway.naming import DestinationName
-from sluiceway.persist.records import DurableRecord
 
 
 class Topic(Destination):
@@ -37,7 +37,7 @@ class Topic(Destination):
 
     A topic with durable subscriptions also retains, in its log, every message one of them
     accepts, until all of them have moved past it (see DurableState); a topic with cursors
-    (core.cursors), every message at or after the position of one of them. Its message limits
+    (core.features.cursors), every message at or after the position of one of them. Its message limits
     apply to each subscription's backlog and to the log: the fullest decides.
     """
 
@@ -271,7 +271,7 @@ class TopicSubscription(Subscription):
     def offer(self, message: Message) -> None:
         """A new message of the topic: staged now when nothing waits before it and the window
         has room (it skips the pending list), otherwise queued and staged by `fill`, once per
-        batch while one is open (core.context.Batch)."""
+        batch while one is open (core.model.context.Batch)."""
         if not self.pending and not message.expires and self.ready():
             self.stage(message)
             return

@@ -31,17 +31,17 @@ class Message:
     timestamp: int  # milliseconds since the epoch, when the broker accepted the message
     seq: int = 0
     delivery_count: int = 0
-    # Journal bookkeeping (core.persistence): the LSN of the record that added the message (0:
+    # Journal bookkeeping (persist.journal_store): the LSN of the record that added the message (0:
     # not in the journal) and the LSNs of records that only matter while the message lives
     # (deliveries, acknowledgements by durable subscriptions).
     location: int = 0
     marks: list[int] | None = None
     dead: bool = False  # a copy went to the dead message queue (a topic's copies share it)
     # The parts of its MESSAGE frame that are the same for every subscriber, encoded once by the
-    # server for a topic's fan-out (server.render); None until then.
+    # server for a topic's fan-out (session.render); None until then.
     wire: tuple[str, bytes] | None = None
     # Pending lists holding this very object in memory (a topic's subscribers share it): the
-    # memory ledger counts its cost while this is above 0 (core.pending).
+    # memory ledger counts its cost while this is above 0 (core.containers.pending).
     resident: int = 0
 
     # Written out, not generated: one is made per message, and a generated __init__ stays

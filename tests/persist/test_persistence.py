@@ -6,20 +6,20 @@ from pathlib import Path
 
 import pytest
 
+from sluiceway.core.values.durable_record import DurableRecord
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.message_codec import Unstorable, encode_message
 from sluiceway.naming import DestinationKind, DestinationName
-from sluiceway.persist.journal import Journal, SyncPolicy
-from sluiceway.persist.journal_store import RUN_MAX, JournalStore
-from sluiceway.persist.records import (
-    DurableRecord,
+from sluiceway.persist.format import (
     RecordType,
-    Unstorable,
     decode_lsns,
     encode_mark,
-    encode_message,
     encode_tx,
 )
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.journal_store import RUN_MAX, JournalStore
 from sluiceway.persist.replay import Recovery
+from sluiceway.persist.restoring import Delivering
 from sluiceway.persist.segments import CorruptJournal, JournalError
 
 QUEUE = DestinationName(DestinationKind.QUEUE, "q")
@@ -43,7 +43,7 @@ def message(seq: int, destination: DestinationName = QUEUE) -> Message:
 def open_store(path: Path) -> tuple[JournalStore, list[Message], Recovery]:
     store = JournalStore(Journal(path, sync=SyncPolicy.OS, segment_size=1 << 30))
     recovered: list[Message] = []
-    recovery = store.recover(recovered.append)
+    recovery = store.recover(Delivering(recovered.append))
     return store, recovered, recovery
 
 
@@ -272,7 +272,7 @@ def test_an_unstorable_message_is_refused_naming_its_field_and_nothing_is_writte
 def test_a_transaction_the_journal_refuses_leaves_no_record_behind(tmp_path: Path) -> None:
     """Its TX record alone would take the next records for its own on recovery."""
     store = JournalStore(Journal(tmp_path, sync=SyncPolicy.OS, max_record_size=300))
-    store.recover(lambda m: None)
+    store.recover(Delivering(lambda m: None))
     small, large = message(1), message(2)
     large.body = b"x" * 400
     with pytest.raises(JournalError, match="max_record_size"):
@@ -330,7 +330,7 @@ def test_durable_subscriptions_and_their_acknowledgements_come_back(tmp_path: Pa
     later = DurableRecord(8, "t", "app", "late", "", 4)
     durables = [record]
     store = JournalStore(Journal(tmp_path, sync=SyncPolicy.OS))
-    store.recover(lambda m: None)
+    store.recover(Delivering(lambda m: None))
     store.set_snapshot(lambda: ([(TOPIC, 1000)], list(durables)))
     store.durable_created(record)
     retained = [message(seq, TOPIC) for seq in (1, 2, 3)]

@@ -1,4 +1,4 @@
-"""Recovered messages back into their destinations (core.restoring): beyond the swap point a
+"""Recovered messages back into their destinations (persist.restoring): beyond the swap point a
 queue's messages are packed for the swap area as their records hold them, never decoded. The
 broker must come back exactly as when every message is decoded: the same messages, in the same
 order, with the same delivery counts and journal bookkeeping."""
@@ -23,6 +23,7 @@ from sluiceway.persist.swap import SwapArea
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, message_fields
 from tests.core.test_stages import stage
+from tests.persist.helpers import journal_broker
 
 QUEUE = "/queue/results"  # (the queue test_stages.stage sends to)
 OTHER = "/queue/other"
@@ -45,11 +46,7 @@ class Node:
         if self.swap is not None:
             self.swap.open()
         config = build_config({"imq.swap.threshold": SWAP_POINT})
-        store = JournalStore(journal)
-        broker = Broker(config, clock=self.clock, store=store, spill=self.swap)
-        recovery = broker.recover()
-        assert recovery is not None
-        return broker, recovery
+        return journal_broker(config, journal, clock=self.clock, spill=self.swap)
 
     def restart(self, *, swap: bool) -> Broker:
         store = self.broker.store

@@ -1,16 +1,9 @@
-"""The journal records of stages (publishing a batch exactly once), and their payloads.
+"""The payloads of the journal records of stages (STAGE_OPEN, STAGE_ADD, STAGE_COMMIT,
+STAGE_DISCARD, STAGE_SNAPSHOT), publishing a batch exactly once: their codecs.
 
-The protocol is in docs/pipelines-protocol.md; core.stages keeps the state, core.stage_journal
-writes and replays these records. Integers are little-endian; strings are UTF-8 with a u16 length
-prefix, as in core.records; a destination is its kind u8 and name, as there.
-
-| type | record | payload |
-|---|---|---|
-| 30 | STAGE_OPEN | stage id u64, sink, batch u64, task: a stage was created |
-| 31 | STAGE_ADD | stage id u64, index u64, expires i64, then a message (core.records) |
-| 32 | STAGE_COMMIT | sink, batch u64, count u32 of published stages, count u32 of discarded ids |
-| 33 | STAGE_DISCARD | count u32, then that many stage ids u64 |
-| 34 | STAGE_SNAPSHOT | next stage id u64, then counted sinks, open stages, published stages |
+The types are in persist.format's one table (RECORDS), the layouts byte by byte in
+docs/persistence.md (Record format); the protocol is in docs/pipelines-protocol.md.
+core.features.stages keeps the state, persist.stage_extension writes and replays the records.
 
 A STAGE_ADD holds one staged message, written whatever its `persistent` header. `index` counts
 the stage's earlier messages for the same destination, so the message's sequence number once
@@ -33,12 +26,19 @@ is a u32 count, then the items.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Final
 
 from sluiceway.core.values.message import Message
-from sluiceway.naming import DestinationName
-from sluiceway.persist.records import Reader, decode_message, encode_message, encode_position
+from sluiceway.core.values.message_codec import decode_message, encode_message, encode_text
+from sluiceway.core.values.staging import (
+    CommitRecord,
+    OpenStage,
+    PublishedStage,
+    StagedHead,
+    StageName,
+    StageSnapshot,
+)
+from sluiceway.persist.format import Reader, encode_position
 
 _U16: Final = struct.Struct("<H")
 _U32: Final = struct.Struct("<I")
@@ -49,86 +49,17 @@ assert (_U16.size, _U32.size, _U64.size) == (2, 4, 8)
 assert _ADD_HEAD.size == 24
 assert _LSNS.size == 16
 
-MAX_BATCH: Final = 2**63 - 1  # batch numbers are decimal integers from 0 to 2^63-1
-MAX_EXPIRES: Final = 2**63 - 1  # an expiry that does not fit an i64 is "never"
-
-
-@dataclass(frozen=True, slots=True)
-class StageName:
-    """`SINK/BATCH/TASK`: a sink, a batch number, and a writer task."""
-
-    sink: str
-    batch: int
-    task: str
-
-    def __str__(self) -> str:
-        return f"{self.sink}/{self.batch}/{self.task}"
-
-
-@dataclass(frozen=True, slots=True)
-class OpenStage:
-    """A stage's identity (STAGE_OPEN, and the open stages of a STAGE_SNAPSHOT)."""
-
-    stage_id: int
-    name: StageName
-
-
-@dataclass(frozen=True, slots=True)
-class StagedHead:
-    """The fixed part of a STAGE_ADD, read without decoding the message."""
-
-    stage_id: int
-    index: int
-    expires: int
-
-
-@dataclass(frozen=True, slots=True)
-class PublishedStage:
-    """A stage a COMMIT published: where its messages' sequence numbers start, per destination.
-
-    `commit_lsn` (the STAGE_COMMIT's LSN) and `last_lsn` (its last STAGE_ADD's) are known once
-    written; a STAGE_COMMIT leaves them out, a STAGE_SNAPSHOT carries them.
-    """
-
-    stage_id: int
-    firsts: tuple[tuple[DestinationName, int], ...]
-    commit_lsn: int = 0
-    last_lsn: int = 0
-
-    def first_seq(self, destination: DestinationName) -> int | None:
-        for name, seq in self.firsts:
-            if name == destination:
-                return seq
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class CommitRecord:
-    sink: str
-    batch: int
-    published: tuple[PublishedStage, ...]
-    discarded: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class StageSnapshot:
-    next_id: int
-    sinks: tuple[tuple[str, int], ...]
-    open: tuple[OpenStage, ...]
-    published: tuple[PublishedStage, ...]
-
-
 # -- writing --------------------------------------------------------------------------------
-
-
-def _text(value: str) -> bytes:
-    data = value.encode()
-    return _U16.pack(len(data)) + data
 
 
 def encode_open(stage: OpenStage) -> bytes:
     name = stage.name
-    return _U64.pack(stage.stage_id) + _text(name.sink) + _U64.pack(name.batch) + _text(name.task)
+    return (
+        _U64.pack(stage.stage_id)
+        + encode_text(name.sink)
+        + _U64.pack(name.batch)
+        + encode_text(name.task)
+    )
 
 
 def encode_add(head: StagedHead, message: Message) -> bytes:
@@ -146,7 +77,7 @@ def _ids(ids: tuple[int, ...]) -> bytes:
 
 
 def encode_commit(record: CommitRecord) -> bytes:
-    parts = [_text(record.sink), _U64.pack(record.batch), _U32.pack(len(record.published))]
+    parts = [encode_text(record.sink), _U64.pack(record.batch), _U32.pack(len(record.published))]
     parts.extend(_published(stage) for stage in record.published)
     parts.append(_ids(record.discarded))
     return b"".join(parts)
@@ -158,7 +89,7 @@ def encode_discard(ids: tuple[int, ...]) -> bytes:
 
 def encode_snapshot(snapshot: StageSnapshot) -> bytes:
     parts = [_U64.pack(snapshot.next_id), _U32.pack(len(snapshot.sinks))]
-    parts.extend(_text(sink) + _U64.pack(batch) for sink, batch in snapshot.sinks)
+    parts.extend(encode_text(sink) + _U64.pack(batch) for sink, batch in snapshot.sinks)
     parts.append(_U32.pack(len(snapshot.open)))
     parts.extend(encode_open(stage) for stage in snapshot.open)
     parts.append(_U32.pack(len(snapshot.published)))

@@ -1,6 +1,7 @@
 """Stages in the journal: the records written, how long each lives, and recovery.
 
-The records are listed in core.stage_records. Their lifetimes:
+The records are in persist.format's table, their payloads in persist.stage_payloads. Their
+lifetimes:
 
 - STAGE_OPEN, STAGE_COMMIT, STAGE_DISCARD and STAGE_SNAPSHOT describe state: they live until the
   journal's next rotation, which starts the new segment with a STAGE_SNAPSHOT restating it.
@@ -35,19 +36,21 @@ import logging
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from sluiceway.core.features.stages import Stage, StageArea
 from sluiceway.core.model.destination import Destination
+from sluiceway.core.model.store import ExtensionLog, StoredRecord
 from sluiceway.core.values.message import Message
-from sluiceway.persist.records import RecordType
-from sluiceway.persist.segments import Record
-from sluiceway.persist.stage_records import (
+from sluiceway.core.values.staging import (
     CommitRecord,
     OpenStage,
     PublishedStage,
     StagedHead,
     StageSnapshot,
+)
+from sluiceway.persist.format import RecordType
+from sluiceway.persist.stage_payloads import (
     decode_add,
     decode_add_head,
     decode_commit,
@@ -60,9 +63,6 @@ from sluiceway.persist.stage_records import (
     encode_open,
     encode_snapshot,
 )
-
-if TYPE_CHECKING:
-    from sluiceway.persist.journal_store import JournalStore
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +103,13 @@ class _Replay:
     republished: int = 0  # messages of published stages handed back to destinations
 
 
-class StageJournal:
-    """Keeps a StageArea in a JournalStore (the area's recorder, and a journal extension)."""
+class StageExtension:
+    """Keeps a StageArea in a store (the area's recorder, and a StoreExtension)."""
 
     record_types: frozenset[int] = RECORD_TYPES
     restore_types: frozenset[int] = frozenset({RecordType.STAGE_ADD})  # an open stage's messages
 
-    def __init__(self, store: JournalStore, area: StageArea) -> None:
+    def __init__(self, store: ExtensionLog, area: StageArea) -> None:
         self._store = store
         self._area = area
         # Published stages whose records may still be on disk, in commit order: each snapshot
@@ -117,8 +117,6 @@ class StageJournal:
         self._published: list[PublishedStage] = []
         self._replay: _Replay | None = None
         area.recorder = self
-        store.add_extension(self)
-        store.add_snapshot_part(self._snapshot)
 
     # -- writing (StageRecorder) ---------------------------------------------------------------
 
@@ -167,7 +165,7 @@ class StageJournal:
             for lsn in stage.lsns:
                 self._store.kill(lsn)
 
-    def _snapshot(self) -> tuple[RecordType, bytes]:
+    def snapshot(self) -> tuple[int, bytes]:
         """The STAGE_SNAPSHOT a new segment starts with."""
         oldest = self._store.oldest_lsn
         self._published = [stage for stage in self._published if stage.last_lsn >= oldest]
@@ -182,7 +180,7 @@ class StageJournal:
 
     # -- recovery, first pass ------------------------------------------------------------------
 
-    def replay(self, record: Record) -> None:
+    def replay(self, record: StoredRecord) -> None:
         """One stage record, in journal order: bookkeeping only (messages are not decoded)."""
         if self._replay is None:
             self._replay = _Replay()
@@ -246,7 +244,7 @@ class StageJournal:
 
     # -- recovery, second pass -----------------------------------------------------------------
 
-    def restore(self, record: Record | None, deliver: Callable[[Message], None]) -> None:
+    def restore(self, record: StoredRecord | None, deliver: Callable[[Message], None]) -> None:
         """Called with each record the second pass reads (live ADDs and STAGE_ADDs) before it is
         handled, then with None. A published stage goes back just before the first of them
         after its COMMIT, so every destination gets its messages back in sequence order."""
@@ -274,6 +272,9 @@ class StageJournal:
                 message.location = record.position.lsn
                 self._area.restore(opened, head, message)
                 state.restored += 1
+
+    def recovered(self) -> None:
+        pass  # the area took its stages back at the end of the second pass
 
     def _republish(
         self, state: _Replay, stage: PublishedStage, deliver: Callable[[Message], None]

@@ -1,4 +1,4 @@
-"""Which journal records are live (core.liveness), against a model that searches every time:
+"""Which journal records are live (persist.liveness), against a model that searches every time:
 lookups below the newest segment go through a one-segment cache, which must never answer for
 the wrong segment as segments come and go."""
 

@@ -13,16 +13,20 @@ from sluiceway.core.features.leases import LeaseRead
 from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.subscription import AckMode, Delivery
 from sluiceway.core.model.topic import Topic
-from sluiceway.naming import parse_destination
-from sluiceway.persist.journal import Journal, SyncPolicy
-from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.lease_records import (
+from sluiceway.core.values.leasing import (
     CursorRecord,
     GroupRecord,
     LeaseRecord,
     LeaseSnapshot,
     LeaseState,
     RecoveredLeases,
+)
+from sluiceway.core.values.message_codec import DecodeError
+from sluiceway.naming import parse_destination
+from sluiceway.persist.format import RecordType
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.lease_payloads import (
     decode_cursor,
     decode_cursor_end,
     decode_lease,
@@ -35,10 +39,11 @@ from sluiceway.persist.lease_records import (
     encode_lease_end,
     encode_lease_mark,
     encode_lease_snapshot,
+    replay_lease_record,
 )
-from sluiceway.persist.records import RecordError, RecordType
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies
+from tests.persist.helpers import journal_broker
 
 Q, T = "/queue/q", "/topic/t"
 QUEUE, TOPIC = parse_destination(Q), parse_destination(T)
@@ -65,29 +70,32 @@ def test_every_record_decodes_to_what_was_encoded() -> None:
 
 
 def test_a_damaged_payload_is_a_record_error() -> None:
-    with pytest.raises(RecordError):
+    with pytest.raises(DecodeError):
         decode_lease_end(encode_lease_mark(1, 2, 3))
-    with pytest.raises(RecordError):
+    with pytest.raises(DecodeError):
         decode_lease_end(b"\x01\x00\x00\x00\x00\x00\x00\x00\x09")  # state 9 does not exist
 
 
 def test_recovery_state_follows_the_records_in_order() -> None:
     recovered = RecoveredLeases()
     lease = LeaseRecord(3, "jobs", "g", 4, 100)
-    recovered.replay(RecordType.CURSOR, encode_cursor(CursorRecord("t", "c", 10)))
-    recovered.replay(RecordType.LEASE, encode_lease(lease))
+    replay_lease_record(recovered, RecordType.CURSOR, encode_cursor(CursorRecord("t", "c", 10)))
+    replay_lease_record(recovered, RecordType.LEASE, encode_lease(lease))
     recovered.marked(1000, 3)
     recovered.marked(1001, 3)
     assert (recovered.next_id, recovered.open) == (4, {3: lease})
-    recovered.replay(RecordType.LEASE_END, encode_lease_end(3, LeaseState.ACKNOWLEDGED))
-    recovered.replay(RecordType.CURSOR_END, encode_cursor_end("t", "c"))
+    replay_lease_record(
+        recovered, RecordType.LEASE_END, encode_lease_end(3, LeaseState.ACKNOWLEDGED)
+    )
+    replay_lease_record(recovered, RecordType.CURSOR_END, encode_cursor_end("t", "c"))
     assert recovered.open == {}
     assert recovered.cursors == {}
     assert recovered.groups["jobs", "g"].finished == {4: (3, LeaseState.ACKNOWLEDGED)}
     recovered.keep_live(lambda add: add == 1001)
     assert recovered.holders == {1001: 3}
     # A snapshot restates the state whatever came before, but not the marks (messages).
-    recovered.replay(
+    replay_lease_record(
+        recovered,
         RecordType.LEASE_SNAPSHOT,
         encode_lease_snapshot(LeaseSnapshot(2, [CursorRecord("t", "d", 1)], [], [])),
     )
@@ -107,10 +115,7 @@ class Restartable:
 
     def _open(self) -> Broker:
         journal = Journal(self.path, sync=SyncPolicy.OS, segment_size=1 << 30)
-        broker = Broker(
-            build_config(self.properties), clock=self.clock, store=JournalStore(journal)
-        )
-        broker.recover()
+        broker, _ = journal_broker(build_config(self.properties), journal, clock=self.clock)
         return broker
 
     def restart(self) -> Broker:
@@ -259,7 +264,7 @@ def test_an_acknowledgement_cut_short_by_a_crash_completes_at_restart(
     lease = broker.leases.read(node.queue(), LeaseRead("g", 1)).lease
     assert lease is not None
     # The broker wrote the lease's end and died before the REMOVE of each message.
-    broker.store.lease_ended(lease.lease_id, LeaseState.ACKNOWLEDGED)
+    broker.leases.recorder.lease_ended(lease.lease_id, LeaseState.ACKNOWLEDGED)
     broker = node.restart()
     assert node.queue().fullness().count == 0
     assert broker.leases.acknowledge(QUEUE, "g", 1) is LeaseState.ACKNOWLEDGED

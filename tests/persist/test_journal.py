@@ -702,7 +702,7 @@ def test_a_failed_write_waits_in_memory_and_a_retry_writes_it(
     tmp_path: Path, journals: Journals, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The real file system's write fails after taking part of the data: the part is cut off
-    and the records wait, in order (tests/store/test_journal_disk_full.py says more)."""
+    and the records wait, in order (tests/persist/test_journal_disk_full.py says more)."""
     journal, _ = journals.open(tmp_path)
     journal.append(0, b"kept")
     journal.flush()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.persist.swap import SwapArea, SwapError, SwapRef
+from sluiceway.core.containers.pending import SwapRef
+from sluiceway.persist.swap import SwapArea, SwapError
 
 ENTRY = 12  # header bytes before each entry's data
 

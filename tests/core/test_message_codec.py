@@ -1,4 +1,4 @@
-"""A message's encoding (core.records): decoding, and reading where it goes without decoding."""
+"""A message's encoding (persist.format): decoding, and reading where it goes without decoding."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluiceway.core.values.message import Message
-from sluiceway.persist.records import RecordError, decode_message, encode_message, peek_message
+from sluiceway.core.values.message_codec import (
+    DecodeError,
+    decode_message,
+    encode_message,
+    peek_message,
+)
 from tests.core.helpers import message_fields as fields
 from tests.core.test_pending import MESSAGES, ROUND_TRIP
 
@@ -45,14 +50,14 @@ def test_an_encoded_message_takes_the_delivery_count_recovery_found(
 def test_a_message_cut_short_or_too_long_is_refused(message: Message) -> None:
     data = encode_message(message)
     for size in range(len(data)):
-        with pytest.raises(RecordError):
+        with pytest.raises(DecodeError):
             decode_message(data[:size])
-    with pytest.raises(RecordError, match="do not add up"):
+    with pytest.raises(DecodeError, match="do not add up"):
         peek_message(data + b"\0")
 
 
 def test_an_unknown_destination_kind_is_refused() -> None:
     data = bytearray(encode_message(ROUND_TRIP[0]))
     data[0] = 7
-    with pytest.raises(RecordError, match="unknown destination kind 7"):
+    with pytest.raises(DecodeError, match="unknown destination kind 7"):
         decode_message(bytes(data))

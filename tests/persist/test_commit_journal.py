@@ -24,17 +24,18 @@ from sluiceway.core.values.message import Message
 from sluiceway.errors import BadRequest, InternalError
 from sluiceway.naming import parse_destination
 from sluiceway.persist.files import OS_FILES, Files
+from sluiceway.persist.format import RecordType, encode_position, encode_tx
 from sluiceway.persist.journal import Journal, SyncPolicy
 from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.records import RecordType, encode_position, encode_tx
 from sluiceway.persist.replay import Recovery
+from sluiceway.persist.restoring import Delivering, restore_broker
 from sluiceway.persist.simulated import SimulatedDisk
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies
 
 IN, OUT = "/queue/in", "/queue/out"
 BIG = (("x-big", "v" * 70_000),)  # more than the 65535 bytes a record keeps of a header
-RECORD_HEADER = 17  # bytes before a journal record's payload (store.journal)
+RECORD_HEADER = 17  # bytes before a journal record's payload (persist.journal)
 
 
 class Node:
@@ -56,9 +57,9 @@ class Node:
         config, clock = build_config(self.properties), FakeClock()
         if wrap is None:
             self.broker = Broker(config, clock=clock, store=self.store)
-            self.recovery = self.broker.recover()
+            self.recovery = restore_broker(self.store, self.broker)
         else:
-            self.store.recover(lambda m: None)  # (a new journal: nothing to give back)
+            self.store.recover(Delivering(lambda m: None))  # (a new journal: nothing to give back)
             wrapped = cast(MessageStore, wrap(self.store))
             self.broker = Broker(config, clock=clock, store=wrapped)
         return self.broker

@@ -30,6 +30,7 @@ from sluiceway.persist.simulated import SimulatedDisk
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client, bodies
 from tests.core.test_stages import stage
+from tests.persist.helpers import journal_broker
 
 DIRECTORY = Path("/data/journal")
 Q = "/queue/q"
@@ -47,8 +48,7 @@ class Node:
     def _open(self) -> Broker:
         journal = Journal(DIRECTORY, sync=SyncPolicy.OS, segment_size=1 << 20, files=self.disk)
         config = build_config(self.properties)
-        broker = Broker(config, clock=self.clock, store=JournalStore(journal))
-        broker.recover()
+        broker, _ = journal_broker(config, journal, clock=self.clock)
         return broker
 
     @property
@@ -290,7 +290,7 @@ def test_a_commit_with_persistent_sends_is_refused_while_the_disk_is_full(node: 
 def test_a_commit_that_consumes_only_goes_on_while_the_disk_is_full(node: Node) -> None:
     """Its REMOVEs wait with the other records, as plain acknowledgements do; one that would
     publish is refused (above), and one whose own write meets the full disk is taken back
-    (tests/core/test_commit_journal.py)."""
+    (tests/persist/test_commit_journal.py)."""
     broker = node.broker
     producer, consumer = Client(broker), Client(broker)
     for body in (b"a", b"b"):

@@ -17,17 +17,19 @@ from sluiceway.core.features.stages import StageState
 from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.subscription import AckMode
 from sluiceway.core.model.topic import Topic
-from sluiceway.naming import parse_destination
-from sluiceway.persist.journal import Journal, SyncPolicy
-from sluiceway.persist.journal_store import JournalStore
-from sluiceway.persist.records import RecordType
-from sluiceway.persist.stage_records import (
+from sluiceway.core.values.staging import (
     CommitRecord,
     OpenStage,
     PublishedStage,
     StagedHead,
     StageName,
     StageSnapshot,
+)
+from sluiceway.naming import parse_destination
+from sluiceway.persist.format import RecordType
+from sluiceway.persist.journal import Journal, SyncPolicy
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.stage_payloads import (
     decode_add,
     decode_add_head,
     decode_commit,
@@ -43,8 +45,9 @@ from sluiceway.persist.stage_records import (
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client
 from tests.core.test_stages import QUEUE, TOPIC, stage
+from tests.persist.helpers import journal_broker
 
-RECORD_HEADER = 17  # bytes before a journal record's payload (store.journal)
+RECORD_HEADER = 17  # bytes before a journal record's payload (persist.journal)
 
 
 class Restartable:
@@ -56,10 +59,7 @@ class Restartable:
 
     def _open(self) -> Broker:
         journal = Journal(self.path, sync=SyncPolicy.OS, segment_size=1 << 30)
-        broker = Broker(
-            build_config(self.properties), clock=self.clock, store=JournalStore(journal)
-        )
-        broker.recover()
+        broker, _ = journal_broker(build_config(self.properties), journal, clock=self.clock)
         return broker
 
     @property
