@@ -66,6 +66,7 @@ COMPILED = (
     "sluiceway/core/values/live_config.py",
     "sluiceway/core/values/memory.py",
     "sluiceway/core/values/message.py",
+    "sluiceway/core/values/message_codec.py",
     "sluiceway/core/values/message_ids.py",
     "sluiceway/persist/format.py",
     "sluiceway/persist/journal.py",

@@ -49,14 +49,9 @@ LAYERS: Final[tuple[tuple[str, str], ...]] = (
 RANK: Final = {name: rank for rank, (name, _) in enumerate(LAYERS)}
 
 # Arrows that still run up, importer package -> imported package, each with why it remains.
-KNOWN_UP: Final[dict[tuple[str, str], str]] = {
-    ("core", "persist"): (
-        "the core still builds and replays persist's records and opens its journal store itself; "
-        "turning those arrows round is a change inside core and persist, not between the rest"
-    ),
-}
+KNOWN_UP: Final[dict[tuple[str, str], str]] = {}
 # Circles between packages that the arrows above make, as the set of packages in each.
-KNOWN_CIRCLES: Final[tuple[frozenset[str], ...]] = (frozenset({"core", "persist"}),)
+KNOWN_CIRCLES: Final[tuple[frozenset[str], ...]] = ()
 
 
 @dataclass(frozen=True, slots=True)
