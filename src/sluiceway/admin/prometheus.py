@@ -110,7 +110,8 @@ class BrokerCollector(Collector):
         )
 
     def _counts(self) -> Iterator[Metric]:
-        """The counts clients make grow (core.values.counts), labelled by the property bounding each."""
+        """The counts clients make grow (core.values.counts), labelled by the property bounding
+        each."""
         labels = ["limit"]
         value = GaugeMetricFamily("sluiceway_count_limit", "The limit in force", labels=labels)
         highest = GaugeMetricFamily(

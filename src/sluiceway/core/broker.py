@@ -240,8 +240,8 @@ class Broker:
     def tick(self) -> None:
         """Periodic work: reclaim messages held by stalled connections, sweep expired messages,
         keep the journal up (retry the writes that wait for a full disk, measure its free space:
-        core.features.disk), measure memory, expire leases past their lease-ttl, review throttling, refuse
-        SENDs held past their deadline, and let go those that may go."""
+        core.features.disk), measure memory, expire leases past their lease-ttl, review throttling,
+        refuse SENDs held past their deadline, and let go those that may go."""
         now = self.clock.monotonic()
         reclaim_after = self.config.stalled_reclaim_ms / 1000
         if reclaim_after > 0:

@@ -13,8 +13,8 @@ and their RECEIPTs written before the next batch of messages.
 Input is bounded (session.input_budget): after every read, what the session holds of frames being
 received is charged to the memory ledger and checked against the connection's and the broker's
 limits. A new connection is first counted against imq.stomp.max_connections and
-imq.stomp.max_connections_per_address (core.values.connection_counts); one past them never reaches the
-session.
+imq.stomp.max_connections_per_address (core.values.connection_counts); one past them never reaches
+the session.
 
 An ERROR that ends a connection must reach the client even while the client is still sending:
 closing a socket with unread input makes the kernel answer with a reset, which discards what the

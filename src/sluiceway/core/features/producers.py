@@ -1,20 +1,21 @@
 """The producer side of the broker: admission of new messages, holding and releasing producers.
 
-Every new message passes `admit` (see core.features.limits for the order of the checks): an administrator's
-pause, JMS IQ Manager throttling (core.values.throttle), memory level RED and, for a message the journal
-would keep, a disk low or full (core.features.disk) hold the SEND; a failed journal, the system limits
-and a REJECT_NEWEST destination refuse it; REMOVE_OLDEST / REMOVE_LOW_PRIORITY make room by
-evicting; FLOW_CONTROL holds it until there is room (core.model.holding).
+Every new message passes `admit` (see core.features.limits for the order of the checks): an
+administrator's pause, JMS IQ Manager throttling (core.values.throttle), memory level RED and, for a
+message the journal would keep, a disk low or full (core.features.disk) hold the SEND; a failed
+journal, the system limits and a REJECT_NEWEST destination refuse it; REMOVE_OLDEST /
+REMOVE_LOW_PRIORITY make room by evicting; FLOW_CONTROL holds it until there is room
+(core.model.holding).
 
 Held connections are released in the order they were first held (Open MQ resumes paused producers
 in pause order), each taking at most its producer batch per round, so the first one released
 cannot take all the room: under FLOW_CONTROL the batch is maxNumMsgs / maxNumProducers, between
 1 and 1000 (Open MQ's producer credit); otherwise 1000.
 
-Memory levels (core.values.memory) come in through a per-connection producer credit: a connection may
-send the current level's count of messages (5000 at GREEN, 500 at YELLOW, 50 at ORANGE, 0 at RED),
-and at most a quarter of the bytes left below RED, before the broker measures its memory again;
-at RED every SEND is held and a connection that is not yet a producer of a destination is
+Memory levels (core.values.memory) come in through a per-connection producer credit: a connection
+may send the current level's count of messages (5000 at GREEN, 500 at YELLOW, 50 at ORANGE, 0 at
+RED), and at most a quarter of the bytes left below RED, before the broker measures its memory
+again; at RED every SEND is held and a connection that is not yet a producer of a destination is
 refused.
 """
 
@@ -111,8 +112,8 @@ class ProducerControl:
 
         With `report` (the SEND asked for a receipt, or the message is persistent) a refusal is
         raised; otherwise the message is dropped and counted, as Open MQ does. With `into`, an
-        admitted message goes there instead of into `destination` (a stage, core.features.stages), still
-        counted against `destination`'s limits.
+        admitted message goes there instead of into `destination` (a stage,
+        core.features.stages), still counted against `destination`'s limits.
         """
         self.register(connection, destination)
         self._spend_credit(connection, message.size)

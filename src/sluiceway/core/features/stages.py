@@ -2,8 +2,8 @@
 
 The wire protocol is docs/pipelines-protocol.md ("Stages: publishing a batch exactly once"). A
 stage is named SINK/BATCH/TASK. A SEND with a `stage` header goes through the same admission as
-any SEND (core.features.producers: limits, FLOW_CONTROL holding, throttling, memory levels); once admitted
-its message lands here instead of in its destination. From then on it counts toward that
+any SEND (core.features.producers: limits, FLOW_CONTROL holding, throttling, memory levels); once
+admitted its message lands here instead of in its destination. From then on it counts toward that
 destination's limits (`staged_count`, `staged_bytes`), the system limits and the memory ledger,
 so producer flow control sees it, but no consumer, browser or range read does.
 
@@ -15,11 +15,11 @@ batch is remembered: a COMMIT (or ABORT) of a batch at or below it changes nothi
 batch never publishes twice. ABORT and the stage's time to live (checked on the broker's tick)
 discard; discarding frees the room at once, which lets held producers go as consuming would.
 
-Every staged message is in the journal (persist.stage_extension) whatever its `persistent` header, so
-stages survive a restart; once published, a message keeps its header's persistence. A large
-stage does not stay in memory: like a pending list (core.containers.pending), it keeps its oldest messages
-in memory and, once the ledger is over `imq.swap.threshold`, writes newer ones to the swap area
-in chunks, reading them back a chunk at a time when they are published.
+Every staged message is in the journal (persist.stage_extension) whatever its `persistent` header,
+so stages survive a restart; once published, a message keeps its header's persistence. A large
+stage does not stay in memory: like a pending list (core.containers.pending), it keeps its oldest
+messages in memory and, once the ledger is over `imq.swap.threshold`, writes newer ones to the swap
+area in chunks, reading them back a chunk at a time when they are published.
 """
 
 from __future__ import annotations
@@ -392,7 +392,7 @@ class StageArea:
                 self._counted(destination, -totals.count, -totals.bytes)
                 self._context.room.raised = True
 
-    # -- recovery (persist.stage_extension) ---------------------------------------------------------
+    # -- recovery (persist.stage_extension) -------------------------------------------------
 
     def restore(self, stage: OpenStage, head: StagedHead, message: Message) -> None:
         """A message of an open stage, read back from the journal at start-up, in send order."""

@@ -118,8 +118,8 @@ class Destination:
         self.paused_producers = False  # pause dst -pst PRODUCERS
         self.paused_consumers = False  # pause dst -pst CONSUMERS
         self.throttled = False  # JMS IQ Manager throttling (core.values.throttle)
-        # Messages staged for it and not yet published (core.features.stages): unseen by consumers, but
-        # counted against its limits, so producer flow control sees them.
+        # Messages staged for it and not yet published (core.features.stages): unseen by consumers,
+        # but counted against its limits, so producer flow control sees them.
         self.staged_count = 0
         self.staged_bytes = 0
 

@@ -37,8 +37,8 @@ class Topic(Destination):
 
     A topic with durable subscriptions also retains, in its log, every message one of them
     accepts, until all of them have moved past it (see DurableState); a topic with cursors
-    (core.features.cursors), every message at or after the position of one of them. Its message limits
-    apply to each subscription's backlog and to the log: the fullest decides.
+    (core.features.cursors), every message at or after the position of one of them. Its message
+    limits apply to each subscription's backlog and to the log: the fullest decides.
     """
 
     __slots__ = ("cursors", "durables", "log", "subscribers", "tx_held")
