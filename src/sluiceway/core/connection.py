@@ -17,7 +17,7 @@ from typing import Protocol
 from sluiceway.core.features.cursors import CursorRead, Cursors
 from sluiceway.core.features.leases import LeaseRead, LeaseReader, Leases
 from sluiceway.core.features.limits import check_size
-from sluiceway.core.features.producers import ProducerControl
+from sluiceway.core.features.producers import Producer, ProducerControl
 from sluiceway.core.features.stages import StageArea, StagedSend
 from sluiceway.core.features.transaction import OpenTransactions
 from sluiceway.core.model.browsing import BrowserSubscription, TopicBrowserSubscription
@@ -26,7 +26,7 @@ from sluiceway.core.model.holding import HeldQueue, HeldSend
 from sluiceway.core.model.queue import Queue, QueueSubscription
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.model.store import MessageStore, StoreError
-from sluiceway.core.model.subscription import AckMode, Delivery, MessageFilter, Outlet, Subscription
+from sluiceway.core.model.subscription import AckMode, Delivery, MessageFilter, Subscription
 from sluiceway.core.model.topic import DurableState, DurableSubscription, Topic, TopicSubscription
 from sluiceway.core.values.clock import Clock
 from sluiceway.core.values.counts import CountRefusals
@@ -95,7 +95,7 @@ class Sent:
         return hash((self.message, self.held))
 
 
-class CoreConnection(Outlet):
+class CoreConnection(Producer):
     """One client connection as the broker core sees it."""
 
     def __init__(
