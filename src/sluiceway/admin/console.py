@@ -15,14 +15,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from aiohttp import web
 
 from sluiceway.errors import NotFound
-
-if TYPE_CHECKING:
-    from sluiceway.admin.http import AdminServer
 
 PREFIX: Final = "/console"
 PAGE: Final = "index.html"
@@ -65,7 +62,7 @@ def load_files() -> dict[str, _File]:
     return files
 
 
-def register(server: AdminServer) -> None:
+def register(app: web.Application) -> None:
     """Add the console's routes: `/` (the page) and `/console/{file}` (its script and style)."""
     files = load_files()
 
@@ -81,7 +78,7 @@ def register(server: AdminServer) -> None:
             )
         return _serve(request, found)
 
-    router = server.app.router
+    router = app.router
     router.add_get("/", page)
     router.add_get(f"{PREFIX}/{{name}}", static)
 

@@ -271,9 +271,9 @@ class AdminServer:
         add.add_get(f"{API}/metrics/broker", self.broker_metrics)
         add.add_get(f"{API}/metrics/services", self.service_metrics)
         add.add_get(f"{one.replace('destinations', 'metrics/destinations')}", self.dest_metrics)
-        prometheus.register(self)
-        openapi.register(self)
-        console.register(self)
+        prometheus.register(self.app, self.services)
+        openapi.register(self.app)
+        console.register(self.app)
 
     async def get_broker(self, request: web.Request) -> web.Response:
         return json_response(

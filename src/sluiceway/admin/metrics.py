@@ -16,8 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from sluiceway.admin.model import subscriptions_of
-from sluiceway.admin.statistics import TRAFFIC
+from sluiceway.admin.statistics import TRAFFIC, subscriptions_of
 from sluiceway.config import BROKER_PROPERTIES
 from sluiceway.core.broker import Broker
 from sluiceway.core.model.destination import Destination, DestinationStats
@@ -26,7 +25,7 @@ from sluiceway.core.values.counts import CountLimit
 from sluiceway.naming import DestinationName
 
 if TYPE_CHECKING:
-    from sluiceway.admin.view import ListenersView
+    from sluiceway.admin.listeners import ListenersView
 
 RATE_WINDOW: Final = 5  # seconds over which rates are measured
 

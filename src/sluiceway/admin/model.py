@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluiceway import __version__
-from sluiceway.admin.statistics import totals_of
+from sluiceway.admin.statistics import subscriptions_of, totals_of
 from sluiceway.config import BROKER_PROPERTIES, DESTINATION_PROPERTIES
 from sluiceway.config.properties import format_default
 from sluiceway.core.broker import Broker
 from sluiceway.core.features.dead_letters import DMQ_NAME
 from sluiceway.core.model.destination import Destination
-from sluiceway.core.model.queue import Queue, QueueSubscription
+from sluiceway.core.model.queue import QueueSubscription
 from sluiceway.core.model.subscription import Subscription
 from sluiceway.core.model.topic import DurableSubscription, Topic
 from sluiceway.core.values.memory import MemoryLevel
@@ -48,16 +48,6 @@ def destination_state(destination: Destination) -> str:
     if destination.paused_consumers:
         return "CONSUMERS_PAUSED"
     return "RUNNING"
-
-
-def subscriptions_of(destination: Destination) -> list[Subscription]:
-    """The consumers attached to `destination` (queue consumers and backups, topic subscribers
-    and attached durable subscribers); browsers are not consumers."""
-    if isinstance(destination, Queue):
-        return [*destination.consumers, *destination.backups]
-    assert isinstance(destination, Topic)
-    attached = [s.active for s in destination.durables.values() if s.active is not None]
-    return [*destination.subscribers, *attached]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,16 +10,13 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import TYPE_CHECKING, Any, Final, Union, get_args, get_origin
+from typing import Any, Final, Union, get_args, get_origin
 
 from aiohttp import web
 
 from sluiceway import __version__
 from sluiceway.admin import metrics, model
 from sluiceway.core.model.holding import HeldProducer
-
-if TYPE_CHECKING:
-    from sluiceway.admin.http import AdminServer
 
 API: Final = "/api/v1"
 _SCHEMAS: Final = (
@@ -239,10 +236,10 @@ def document() -> dict[str, Any]:
     }
 
 
-def register(server: AdminServer) -> None:
+def register(app: web.Application) -> None:
     spec = document()
 
     async def openapi(request: web.Request) -> web.Response:
         return web.json_response(spec)
 
-    server.app.router.add_get(f"{API}/openapi.json", openapi)
+    app.router.add_get(f"{API}/openapi.json", openapi)

@@ -31,7 +31,6 @@ from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.memory import MemoryLevel
 
 if TYPE_CHECKING:
-    from sluiceway.admin.http import AdminServer
     from sluiceway.admin.view import BrokerView
     from sluiceway.core.broker import Broker
 
@@ -319,14 +318,14 @@ def _disk(status: DiskStatus) -> Iterator[Metric]:
         yield GaugeMetricFamily(f"sluiceway_disk_{name}", text, value=value)
 
 
-def register(server: AdminServer) -> None:
-    """Serve /metrics on the admin endpoint."""
+def register(app: web.Application, services: BrokerView) -> None:
+    """Serve /metrics on the admin endpoint (`app`), read from `services`."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(server.services))
+    registry.register(BrokerCollector(services))
 
     async def metrics(request: web.Request) -> web.Response:
         response = web.Response(body=generate_latest(registry))
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
 
-    server.app.router.add_get("/metrics", metrics)
+    app.router.add_get("/metrics", metrics)

@@ -12,7 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from sluiceway.core.model.destination import DestinationStats
+from sluiceway.core.model.destination import Destination, DestinationStats
+from sluiceway.core.model.queue import Queue
+from sluiceway.core.model.subscription import Subscription
+from sluiceway.core.model.topic import Topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +64,13 @@ def totals_of(stats: DestinationStats) -> dict[str, int]:
 def traffic_of(stats: DestinationStats) -> dict[str, int]:
     """The four traffic totals of `stats`, by their names."""
     return {statistic.name: statistic.read(stats) for statistic in TRAFFIC}
+
+
+def subscriptions_of(destination: Destination) -> list[Subscription]:
+    """The consumers attached to `destination` (queue consumers and backups, topic subscribers
+    and attached durable subscribers); browsers are not consumers."""
+    if isinstance(destination, Queue):
+        return [*destination.consumers, *destination.backups]
+    assert isinstance(destination, Topic)
+    attached = [s.active for s in destination.durables.values() if s.active is not None]
+    return [*destination.subscribers, *attached]

@@ -8,32 +8,14 @@ attributes are read-only properties, which a plain attribute satisfies.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from sluiceway.admin.listeners import ListenersView
 from sluiceway.server.connection import Serving
 
 if TYPE_CHECKING:
     from sluiceway.admin.metrics import MetricsSampler
-    from sluiceway.server.snapshots import ConnectionInfo, Traffic
-
-
-class ListenerView(Protocol):
-    """A service that carries STOMP connections, as its metrics read it."""
-
-    @property
-    def name(self) -> str: ...
-
-    def connections(self) -> list[ConnectionInfo]: ...
-
-    def traffic(self) -> Traffic: ...
-
-
-class ListenersView(Protocol):
-    """What the metrics sampler reads: the listeners, as many as have started so far."""
-
-    @property
-    def listeners(self) -> Sequence[ListenerView]: ...
+    from sluiceway.server.snapshots import ConnectionInfo
 
 
 class BrokerView(ListenersView, Serving, Protocol):
