@@ -404,7 +404,7 @@ def session_path_profile() -> dict[str, object]:
         env=environment,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=540,  # inside the 600 s of the tests that call it
         check=True,
     )
     result: dict[str, object] = json.loads(done.stdout)
