@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from sluiceway.testing import BrokerThread
+from sluiceway.testing.postgres import PostgresMissing, PostgresServer, find_bin, postgres_server
 from tests.processes import ProcessWatch
 
 BrokerFactory = Callable[..., BrokerThread]
@@ -68,3 +70,23 @@ def make_broker() -> Iterator[BrokerFactory]:
 @pytest.fixture
 def broker(make_broker: BrokerFactory) -> BrokerThread:
     return make_broker()
+
+
+_DATABASES = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the run, started by the first test that needs it."""
+    try:
+        find_bin()
+    except PostgresMissing as missing:
+        pytest.skip(str(missing))
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_url(postgres: PostgresServer) -> str:
+    """The URL of a new, empty database of its own for the test."""
+    return postgres.create_database(f"test_{next(_DATABASES)}")

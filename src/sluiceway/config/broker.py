@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sluiceway.config.cluster import ClusterConfig
 from sluiceway.config.destination import (
     DestinationDefinition,
     DestinationSettings,
@@ -20,16 +21,16 @@ from sluiceway.config.properties import (
     prop,
     size_parser,
 )
-from sluiceway.config.service import ServiceConfig
 from sluiceway.naming import DestinationKind
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerConfig(ServiceConfig):
+class BrokerConfig(ClusterConfig):
     """Everything the broker is configured with. Units are in each property's documentation.
 
     The properties of the services around the broker (admin endpoint, TLS, WebSocket, security,
-    metrics) are declared in config.service and inherited.
+    metrics) are declared in config.service, those of a cluster and its database store in
+    config.cluster, and inherited.
     """
 
     host: str = prop(
@@ -236,10 +237,11 @@ class BrokerConfig(ServiceConfig):
     )
     persist_store: str = prop(
         "imq.persist.store",
-        enum_text_parser("file", "memory"),
+        enum_text_parser("file", "jdbc", "memory"),
         "file",
         "Where persistent messages are kept: file (the journal under the data directory, "
-        "imq.persist.file.directory) or memory (nothing survives a restart).",
+        "imq.persist.file.directory), jdbc (a PostgreSQL database, imq.persist.jdbc.*, shared "
+        "by the members of a cluster) or memory (nothing survives a restart).",
     )
     data_directory: str = prop(
         "imq.persist.file.directory",

@@ -260,6 +260,7 @@ def update_config(config: BrokerConfig, changes: Mapping[str, str]) -> BrokerCon
 
 
 def _check_consistency(config: BrokerConfig) -> None:
+    _check_cluster(config)
     if config.stomp_port < 0 and config.stomp_tls_port < 0 and config.ws_port < 0:
         raise ConfigError(
             "imq.stomp.tcp.port",
@@ -357,3 +358,35 @@ def render_reference() -> str:
             f"| {info.doc} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _check_cluster(config: BrokerConfig) -> None:
+    """A jdbc store needs its database and this broker's id; a cluster needs a jdbc store."""
+    if config.persist_store == "jdbc":
+        if not config.jdbc_url:
+            raise ConfigError(
+                "imq.persist.jdbc.postgresql.property.url",
+                "imq.persist.store=jdbc needs the database: set "
+                "imq.persist.jdbc.postgresql.property.url to a libpq URI such as "
+                "postgresql://sluiceway@127.0.0.1:5432/sluiceway",
+            )
+        if not config.broker_id:
+            raise ConfigError(
+                "imq.brokerid",
+                "imq.persist.store=jdbc needs imq.brokerid: the name under which this broker "
+                "keeps its state in the database, unique among the brokers sharing it",
+            )
+    if config.cluster_ha and config.persist_store != "jdbc":
+        raise ConfigError(
+            "imq.cluster.ha",
+            f"imq.cluster.ha=true needs the shared store, imq.persist.store=jdbc (it is "
+            f"{config.persist_store}): the members of a cluster keep their state in one "
+            "PostgreSQL database",
+        )
+    if config.monitor_threshold * config.monitor_interval < config.heartbeat_interval / 2:
+        raise ConfigError(
+            "imq.cluster.monitor.threshold",
+            "imq.cluster.monitor.interval x imq.cluster.monitor.threshold must be at least half "
+            "of imq.cluster.heartbeat.interval: it is the margin between a broker fencing "
+            "itself and another taking over its messages",
+        )
