@@ -18,4 +18,5 @@ def test_each_test_gets_an_empty_database_on_loopback(
         ).fetchone()
         address = connection.execute("SELECT inet_server_addr()::text").fetchone()
     assert tables == (0,)
-    assert address is not None and address[0].startswith("127.0.0.1")
+    assert address is not None
+    assert address[0].startswith("127.0.0.1")
