@@ -35,6 +35,9 @@ LAYERS: Final[tuple[tuple[str, str], ...]] = (
     # Below session, not above it as first planned: the session authenticates and checks
     # access with security's Gate, and security needs nothing above config.
     ("security", "users, logins and access rules; the session and admin check them"),
+    # Below session and server: the server is handed the cluster's fence; links between members
+    # speak STOMP through the client and reach the local broker through the core.
+    ("cluster", "membership, leases and fencing, takeover and links between brokers"),
     ("session", "the sans-IO STOMP session: frames to core commands, effects to frames"),
     ("server", "the asyncio shell: moves bytes between sockets and sessions"),
     ("admin", "the HTTP API, console and /metrics, reading a narrow view of what runs"),
