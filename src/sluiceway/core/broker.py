@@ -202,6 +202,21 @@ class Broker:
         self.store.durable_created(record)
         return state
 
+    def adopt_durable(self, record: DurableRecord) -> DurableState | None:
+        """The durable subscription here that takes over `record`'s (a failed cluster member's):
+        the one of the same client id and name, made anew if there is none. None when the one
+        here is on another topic or has another selector: its subscriber replaced it, and, as
+        in JMS, what the old one retained is dropped."""
+        topic = self.registry.recovered(DestinationName(DestinationKind.TOPIC, record.topic))
+        assert isinstance(topic, Topic)
+        current = self.durables.get((record.client_id, record.name))
+        if current is not None:
+            state = current.durables[(record.client_id, record.name)]
+            if current is not topic or state.record.selector != record.selector:
+                return None
+            return state
+        return self.durable_state(topic, record.client_id, record.name, _selector(record.selector))
+
     def remove_durable(self, client_id: str, name: str) -> None:
         """Delete a durable subscription and what its topic kept for it."""
         key = (client_id, name)

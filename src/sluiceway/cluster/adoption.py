@@ -1,0 +1,189 @@
+"""Taking over a failed member's store: its journal read back with the recovery a restart runs,
+and what it held adopted into this broker (core.features.adoption), in bounded batches.
+
+The failed member's journal is recovered into a broker of its own (`scratch`), with no listener
+and a swap area in a temporary directory, so a backlog larger than memory spills as it would on
+a restart; the scratch broker never runs a client and is thrown away afterwards. Reading it (the
+database, the disk) happens on the caller's thread, which must not be the event loop's; each
+batch is adopted on the event loop (`on_loop`), which runs nothing else meanwhile, so the live
+broker is only ever touched from its own thread. A batch holds at most BATCH_MESSAGES messages,
+and the reading thread waits for each batch to be adopted before it reads the next.
+
+What is adopted: every queue's messages, in order (the dead message queue's too), and every
+durable subscription with the messages it had not acknowledged. What is not: non-persistent
+messages (a journal never holds them), transactions still open (never written: rolled back),
+and topic cursors, queue leases and stages (a pipeline reader's position on the failed member;
+it goes on from its own checkpoint elsewhere).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Protocol, TypeVar
+
+from sluiceway.config import BrokerConfig
+from sluiceway.core.broker import Broker
+from sluiceway.core.features.adoption import DurableAdoption, adopt_queue_message
+from sluiceway.core.model.queue import Queue
+from sluiceway.core.model.topic import DurableState, Topic
+from sluiceway.core.values.message import Message
+from sluiceway.naming import DestinationName
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.restoring import restore_broker
+from sluiceway.persist.swap import SwapArea
+
+log = logging.getLogger(__name__)
+
+BATCH_MESSAGES: Final = 500  # messages adopted per turn of the event loop
+
+T = TypeVar("T")
+
+
+class OnLoop(Protocol):
+    """Runs a function on the live broker's event loop and returns what it returned."""
+
+    def __call__(self, fn: Callable[[], T]) -> T: ...
+
+
+@dataclass
+class AdoptionReport:
+    """What a takeover adopted."""
+
+    messages: int = 0
+    redelivered: int = 0  # of them, delivered by the failed member and not acknowledged
+    durables: int = 0
+    durable_messages: int = 0
+    dropped_durables: list[str] = field(default_factory=list)  # replaced here by their client
+    by_destination: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (
+            f"{self.messages} queue messages ({self.redelivered} to be redelivered), "
+            f"{self.durables} durable subscriptions with {self.durable_messages} messages"
+        )
+
+
+class StoreAdopter:
+    """Adopts a failed member's journal store into `live`, whose loop `on_loop` runs on."""
+
+    def __init__(self, live: Broker, config: BrokerConfig, on_loop: OnLoop) -> None:
+        self._live = live
+        self._config = config
+        self._on_loop = on_loop
+
+    def adopt(self, store: JournalStore) -> AdoptionReport:
+        """Read `store` back and adopt all it holds; call on a thread of its own. `store` is
+        left open: the caller closes it, and deletes it once this broker's journal holds what
+        was adopted."""
+        started = time.monotonic()
+        report = AdoptionReport()
+        swap_directory = Path(tempfile.mkdtemp(prefix="sluiceway-takeover-"))
+        swap = SwapArea(swap_directory)
+        try:
+            swap.open()
+            scratch = Broker(self._config, store=store, spill=swap)
+            restore_broker(store, scratch)
+            for destination in list(scratch.registry):
+                if isinstance(destination, Queue):
+                    self._adopt_queue(destination, report)
+                elif isinstance(destination, Topic) and destination.durables:
+                    self._adopt_topic(destination, report)
+        finally:
+            swap.close()
+            shutil.rmtree(swap_directory, ignore_errors=True)
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _adopt_queue(self, queue: Queue, report: AdoptionReport) -> None:
+        name = queue.name
+        while True:
+            batch: list[Message] = []
+            while len(batch) < BATCH_MESSAGES and (message := queue.pending.pop()) is not None:
+                batch.append(message)
+            if not batch:
+                return
+            self._on_loop(functools.partial(self._into_queue, name, batch))
+            report.messages += len(batch)
+            report.redelivered += sum(1 for message in batch if message.delivery_count)
+            path = name.path
+            report.by_destination[path] = report.by_destination.get(path, 0) + len(batch)
+
+    def _into_queue(self, name: DestinationName, batch: list[Message]) -> None:
+        queue = self._live.registry.recovered(name)
+        assert isinstance(queue, Queue)
+        for message in batch:
+            adopt_queue_message(queue, message)
+
+    def _adopt_topic(self, topic: Topic, report: AdoptionReport) -> None:
+        name = topic.name
+        states = list(topic.durables.values())
+        # The subscriptions here that take each failed member's subscription over.
+        takers = self._on_loop(lambda: self._takers(states, report))
+        next_seq = topic.log.first_seq
+        while next_seq is not None:
+            messages = topic.log.read(next_seq, BATCH_MESSAGES)
+            if not messages:
+                break
+            next_seq = messages[-1].seq + 1
+            batch = [(message, _wanted(message, states, takers)) for message in messages]
+            batch = [(message, wanted) for message, wanted in batch if wanted]
+            if batch:
+                self._on_loop(functools.partial(self._into_topic, name, batch))
+                report.durable_messages += len(batch)
+        report.durables += len(takers)
+
+    def _takers(
+        self, states: list[DurableState], report: AdoptionReport
+    ) -> dict[int, DurableState]:
+        takers: dict[int, DurableState] = {}
+        for state in states:
+            taker = self._live.adopt_durable(state.record)
+            if taker is None:
+                record = state.record
+                report.dropped_durables.append(f"{record.client_id}/{record.name}")
+                log.warning(
+                    "takeover: durable subscription %r of client %r is on another topic or "
+                    "selector here (its subscriber replaced it); its %s messages are dropped",
+                    record.name,
+                    record.client_id,
+                    record.topic,
+                )
+            else:
+                takers[id(state)] = taker
+        return takers
+
+    def _into_topic(
+        self, name: DestinationName, batch: list[tuple[Message, list[tuple[DurableState, int]]]]
+    ) -> None:
+        topic = self._live.registry.recovered(name)
+        assert isinstance(topic, Topic)
+        adoption = DurableAdoption(topic, self._live.store)
+        for message, wanted in batch:
+            adoption.adopt(message, wanted)
+        adoption.wake()
+
+
+def _wanted(
+    message: Message, states: list[DurableState], takers: dict[int, DurableState]
+) -> list[tuple[DurableState, int]]:
+    """The subscriptions here that take `message` over, each with the deliveries the failed
+    member had made of it: those of its subscriptions that had not acknowledged it."""
+    wanted: list[tuple[DurableState, int]] = []
+    for state in states:
+        taker = takers.get(id(state))
+        if (
+            taker is not None
+            and message.seq >= state.cursor
+            and message.seq not in state.acked_ahead
+            and state.accepts(message)
+        ):
+            wanted.append((taker, state.deliveries.get(message.seq, 0)))
+    return wanted

@@ -1,0 +1,158 @@
+"""Taking over a failed broker's store: what its journal held, adopted into a live broker.
+
+Two real brokers on real sockets with their journals on disk: the first is given messages by
+stomp.py, has some consumed, some delivered and not acknowledged, and a durable subscription
+partly acknowledged, then stops. The second adopts the first's journal (the medium does not
+matter: a cluster's journals are in PostgreSQL, these are files) and its clients must find
+exactly what the first broker's clients were not yet done with: nothing acknowledged back,
+nothing receipted lost, redelivered messages flagged.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluiceway.cluster.adoption import AdoptionReport, StoreAdopter
+from sluiceway.persist.journal import Journal
+from sluiceway.persist.journal_store import JournalStore
+from sluiceway.testing import BrokerThread
+from tests.e2e.stomppy import connect, subscribe, sync, with_receipt
+
+pytestmark = pytest.mark.timeout(120)
+
+QUEUE = "/queue/orders"
+TOPIC = "/topic/prices"
+
+
+@pytest.fixture
+def victim_directory() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="sluiceway-victim-"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def send_all(port: int, destination: str, bodies: list[str]) -> None:
+    connection, recorder = connect(port)
+    try:
+        for body in bodies:
+            headers = {"persistent": "true"}
+            with_receipt(
+                recorder,
+                functools.partial(send_one, connection, destination, body, headers),
+            )
+    finally:
+        connection.disconnect()
+
+
+def send_one(
+    connection: Any, destination: str, body: str, headers: dict[str, str], receipt: str
+) -> None:
+    connection.send(destination, body, headers={**headers, "receipt": receipt})
+
+
+def fill_the_victim(directory: Path) -> None:
+    """Queue: 20 sent, 8 delivered, 5 of them acknowledged, which refills the window (threshold
+    50%) with 5 more: 8 delivered and not acknowledged. Durable: 10 sent, 4 acknowledged."""
+    properties = {"imq.persist.file.directory": str(directory)}
+    with BrokerThread(properties) as victim:
+        connection, recorder = connect(victim.port, **{"client-id": "app"})
+        subscribe(connection, recorder, TOPIC, "d", durable_subscription_name="d")
+        send_all(victim.port, QUEUE, [f"q{n}" for n in range(20)])
+        send_all(victim.port, TOPIC, [f"t{n}" for n in range(10)])
+        durable = recorder.wait_messages(10)
+        for frame in durable[:4]:
+            connection.ack(frame.headers["ack"])
+        sync(connection, recorder)
+        connection.disconnect()
+
+        consumer, got = connect(victim.port)
+        subscribe(consumer, got, QUEUE, "q", consumer_flow_limit="8")
+        frames = got.wait_messages(8)
+        for frame in frames[:5]:
+            consumer.ack(frame.headers["ack"])
+        sync(consumer, got)
+        # The other three, and the five the acknowledgements made room for, were delivered:
+        # the broker stops before they are acknowledged.
+        got.wait_messages(13)
+    # (the context stopped the broker; its consumer's three messages were given back)
+
+
+def adopt(live: BrokerThread, directory: Path) -> AdoptionReport:
+    assert live.broker is not None
+    store = JournalStore(Journal(directory / "journal"))
+    adopter = StoreAdopter(live.broker, live.config, live.call)
+    result: list[AdoptionReport] = []
+    # The adoption reads on a thread of its own, never the broker's loop.
+    reader = threading.Thread(target=lambda: result.append(adopter.adopt(store)))
+    reader.start()
+    reader.join(60)
+    store.close()
+    assert result, "the adoption did not finish"
+    return result[0]
+
+
+def test_a_taken_over_store_gives_back_exactly_what_was_not_done(victim_directory: Path) -> None:
+    fill_the_victim(victim_directory)
+    with BrokerThread() as live:
+        # Already here: a queue message of the live broker's own, and the durable subscriber,
+        # reconnected before the takeover (its subscription made anew here, empty).
+        send_all(live.port, QUEUE, ["own"])
+        subscriber, durable = connect(live.port, **{"client-id": "app"})
+        subscribe(subscriber, durable, TOPIC, "d", durable_subscription_name="d")
+        other, other_got = connect(live.port, **{"client-id": "other"})
+        subscribe(other, other_got, TOPIC, "o", durable_subscription_name="o")
+
+        report = adopt(live, victim_directory)
+
+        assert report.messages == 15
+        assert report.redelivered == 8
+        assert report.durables == 1
+        assert report.durable_messages == 6
+        frames = durable.wait_messages(6)
+        assert [frame.body for frame in frames] == [f"t{n}" for n in range(4, 10)]
+        consumer, got = connect(live.port)
+        subscribe(consumer, got, QUEUE, "q")
+        queue = got.wait_messages(16)
+        assert [frame.body for frame in queue] == ["own", *(f"q{n}" for n in range(5, 20))]
+        flagged = [frame.body for frame in queue if frame.headers.get("redelivered") == "true"]
+        assert flagged == [f"q{n}" for n in range(5, 13)]
+        # Another durable subscription here does not get the failed broker's messages.
+        sync(other, other_got)
+        assert other_got.messages == []
+        for connection in (subscriber, consumer, other):
+            connection.disconnect()
+
+
+def test_what_was_adopted_survives_a_restart_of_the_adopter(victim_directory: Path) -> None:
+    fill_the_victim(victim_directory)
+    live_directory = Path(tempfile.mkdtemp(prefix="sluiceway-live-"))
+    properties = {"imq.persist.file.directory": str(live_directory)}
+    try:
+        with BrokerThread(properties) as live:
+            subscriber, durable = connect(live.port, **{"client-id": "app"})
+            subscribe(subscriber, durable, TOPIC, "d", durable_subscription_name="d")
+            subscriber.disconnect()
+            report = adopt(live, victim_directory)
+            assert report.messages == 15
+        with BrokerThread(properties) as again:
+            subscriber, durable = connect(again.port, **{"client-id": "app"})
+            subscribe(subscriber, durable, TOPIC, "d", durable_subscription_name="d")
+            assert [f.body for f in durable.wait_messages(6)] == [f"t{n}" for n in range(4, 10)]
+            consumer, got = connect(again.port)
+            subscribe(consumer, got, QUEUE, "q")
+            queue = got.wait_messages(15)
+            assert [frame.body for frame in queue] == [f"q{n}" for n in range(5, 20)]
+            flagged = [f.body for f in queue if f.headers.get("redelivered") == "true"]
+            assert flagged == [f"q{n}" for n in range(5, 13)]
+            subscriber.disconnect()
+            consumer.disconnect()
+    finally:
+        shutil.rmtree(live_directory, ignore_errors=True)
