@@ -31,6 +31,7 @@ TABLES: Final = (
     "sluiceway_file",
     "sluiceway_chunk",
     "sluiceway_event",
+    "sluiceway_destination",
 )
 
 # Each version's statements, applied in order from the database's version to SCHEMA_VERSION.
@@ -97,6 +98,18 @@ UPGRADES: Final[dict[int, tuple[str, ...]]] = {
         )
         """,
         "CREATE INDEX sluiceway_event_by_cluster ON sluiceway_event (cluster_id, at)",
+        # What each member holds per queue, as it last reported: limits that hold for the cluster.
+        """
+        CREATE TABLE sluiceway_destination (
+            cluster_id text NOT NULL,
+            broker_id text NOT NULL,
+            destination text NOT NULL,
+            messages bigint NOT NULL,
+            bytes bigint NOT NULL,
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (cluster_id, broker_id, destination)
+        )
+        """,
     ),
 }
 

@@ -90,6 +90,8 @@ class Destination:
         "paused_consumers",
         "paused_producers",
         "producers",
+        "remote_bytes",
+        "remote_count",
         "settings",
         "staged_bytes",
         "staged_count",
@@ -122,6 +124,10 @@ class Destination:
         # but counted against its limits, so producer flow control sees them.
         self.staged_count = 0
         self.staged_bytes = 0
+        # Messages the other members of a cluster hold for it, as they last reported them
+        # (cluster.shared_counts): a queue's limits count the whole cluster's.
+        self.remote_count = 0
+        self.remote_bytes = 0
 
     @property
     def is_dmq(self) -> bool:

@@ -72,7 +72,10 @@ class Queue(Destination):
         return len(self.pending)
 
     def fullness(self) -> Fullness:
-        return Fullness(self.held_count + self.staged_count, self.held_bytes + self.staged_bytes)
+        return Fullness(
+            self.held_count + self.staged_count + self.remote_count,
+            self.held_bytes + self.staged_bytes + self.remote_bytes,
+        )
 
     def undelivered(self) -> int:
         return len(self.pending) + sum(len(c.staged) for c in self.consumers)
