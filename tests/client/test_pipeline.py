@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import pickle
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +25,7 @@ from sluiceway.client.pipeline import (
     StageState,
 )
 from sluiceway.client.producer import RetryPolicy
-from sluiceway.errors import NotFound, ResourceFull, Unauthorized
+from sluiceway.errors import ConnectFailedError, NotFound, ResourceFull, Unauthorized
 from sluiceway.security.users import UserFile
 from sluiceway.testing import BrokerThread
 from tests.conftest import BrokerFactory
@@ -322,3 +323,19 @@ def test_held_sends_wait_then_end_with_the_brokers_reason(make_broker: BrokerFac
     assert refused.value.summary == "send held too long"
     assert "still refused after retrying" in str(refused.value)
     assert refused.value.limit == "maxNumMsgs"
+
+
+def test_the_first_broker_of_the_address_list_that_answers_is_used(broker: BrokerThread) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = closed.getsockname()[1]  # bound, never listening: connections are refused
+        settings = PipelineSettings(
+            timeout=WAIT, addresses=(("127.0.0.1", dead), ("127.0.0.1", broker.port))
+        )
+        settings = shipped_copy(settings)
+        with PipelineConnection(settings) as connection:
+            assert connection.send_many(messages("/queue/listed", 3)) == 3
+            assert bodies(connection.read_range("/queue/listed", 1, 10)) == ["m0", "m1", "m2"]
+        only_dead = PipelineSettings(timeout=WAIT, addresses=(("127.0.0.1", dead),))
+        with pytest.raises(ConnectFailedError, match=rf"127.0.0.1:{dead}: .*refused"):
+            PipelineConnection(only_dead).connect()

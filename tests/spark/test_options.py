@@ -90,6 +90,7 @@ def test_defaults_leave_the_limits_to_the_broker() -> None:
         ({"destination": "/topic/a", "startingOffsets": "soon"}, "startingOffsets", "earliest"),
         ({"destination": "/queue/a", "port": "70000"}, "port", "65535"),
         ({"destination": "/queue/a", "leaseTtlSec": "-1"}, "leaseTtlSec", "seconds"),
+        ({"destination": "/queue/a", "addresses": "a:b"}, "addresses", "a valid port"),
     ],
 )
 def test_a_bad_option_is_refused_naming_it_and_what_it_accepts(

@@ -148,17 +148,23 @@ class PipelineConnection:
     def connected(self) -> bool:
         return self._socket is not None
 
+    @staticmethod
+    def _open_socket(settings: PipelineSettings) -> tuple[socket.socket, int]:
+        """A socket to the first broker of `settings.targets` that answers, and its port."""
+        failures: list[str] = []
+        for host, port in settings.targets:
+            try:
+                return socket.create_connection((host, port), settings.timeout), port
+            except OSError as exc:
+                failures.append(f"{host}:{port}: {exc}")
+        raise ConnectFailedError(f"cannot connect to the broker at {'; '.join(failures)}")
+
     def connect(self) -> None:
         """Open the connection now (operations do it themselves when needed)."""
         if self._socket is not None:
             return
         settings = self.settings
-        try:
-            sock = socket.create_connection((settings.host, settings.port), settings.timeout)
-        except OSError as exc:
-            raise ConnectFailedError(
-                f"cannot connect to the broker at {settings.host}:{settings.port}: {exc}"
-            ) from exc
+        sock, port = self._open_socket(settings)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(settings.timeout)
         self._socket = sock
@@ -171,7 +177,7 @@ class PipelineConnection:
             version = connected_version(self.next_frame())
         except BrokerError as exc:
             self.close()
-            raise request.refused(exc, settings.port) from None
+            raise request.refused(exc, port) from None
         except BaseException:
             self.close()
             raise

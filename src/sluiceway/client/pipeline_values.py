@@ -61,6 +61,9 @@ class PipelineSettings:
     retry: RetryPolicy
     max_inflight: int  # sends awaiting their receipts (messages)
     max_inflight_bytes: int  # their bodies (bytes)
+    # Brokers to try in order, each (host, port), in place of host and port: the members of a
+    # cluster (imqAddressList). Empty: host and port.
+    addresses: tuple[tuple[str, int], ...]
 
     def __init__(  # noqa: PLR0917  (the fields' order, as the dataclass's own __init__ had it)
         self,
@@ -75,6 +78,7 @@ class PipelineSettings:
         *,
         login: str | None = None,
         passcode: str | None = None,
+        addresses: tuple[tuple[str, int], ...] = (),
     ) -> None:
         # Frozen: the fields are set the way the generated __init__ would set them.
         values = {
@@ -86,9 +90,15 @@ class PipelineSettings:
             "retry": retry if retry is not None else _default_retry(),
             "max_inflight": max_inflight,
             "max_inflight_bytes": max_inflight_bytes,
+            "addresses": tuple(addresses),
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
+
+    @property
+    def targets(self) -> tuple[tuple[str, int], ...]:
+        """The brokers to try, in order."""
+        return self.addresses or ((self.host, self.port),)
 
     @property
     def login(self) -> str | None:
@@ -104,7 +114,7 @@ class PipelineSettings:
         # Never print the password (settings end up in Spark's plans and logs).
         return (
             f"PipelineSettings(host={self.host!r}, port={self.port}, "
-            f"username={self.username!r}, timeout={self.timeout})"
+            f"addresses={self.addresses!r}, username={self.username!r}, timeout={self.timeout})"
         )
 
 

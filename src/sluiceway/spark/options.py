@@ -18,6 +18,7 @@ from typing import Final, TypeVar
 
 from sluiceway.client.pipeline import PipelineSettings
 from sluiceway.client.producer import RetryPolicy
+from sluiceway.client.settings import parse_addresses
 from sluiceway.config.properties import int_parser, parse_bool, size_parser
 from sluiceway.errors import ConfigError
 from sluiceway.naming import DestinationKind, DestinationName, parse_destination, validate_name
@@ -150,8 +151,8 @@ def _group(reader: OptionReader, name: str) -> str | None:
 def connection_settings(
     reader: OptionReader, *, retry: RetryPolicy | None = None
 ) -> PipelineSettings:
-    """`host`, `port`, `username`, `password` (or their aliases `login`, `passcode`),
-    `timeoutSec`, `maxInflight`: how to reach the broker."""
+    """`host`, `port` or `addresses`, `username`, `password` (or their aliases `login`,
+    `passcode`), `timeoutSec`, `maxInflight`: how to reach the broker."""
     defaults = PipelineSettings()
     host = reader.text("host")
     timeout = reader.seconds("timeoutSec", defaults.timeout)
@@ -166,6 +167,7 @@ def connection_settings(
         timeout=timeout,
         retry=retry or defaults.retry,
         max_inflight=reader.integer("maxInflight", defaults.max_inflight, minimum=1),
+        addresses=reader.parsed("addresses", parse_addresses, ()),
     )
 
 
