@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -41,8 +42,9 @@ from hypothesis.stateful import (
 )
 
 from sluiceway.app.storage import StorageError
+from sluiceway.persist.files import Files
 from sluiceway.persist.segments import JournalError
-from sluiceway.persist.simulated import SimulatedCrash, SimulatedDisk
+from sluiceway.persist.simulated import Fault, SimulatedCrash, SimulatedDisk
 from sluiceway.protocol.frames import Frame
 from sluiceway.testing import FakeClock
 from tests.persistence.inprocess import Link, Node
@@ -58,6 +60,21 @@ DURABLE_NAMES = ("d0", "d1")
 ACK_MODES = ("client-individual", "client", "auto")
 CLIENT = st.integers(0, CLIENTS - 1)
 FIGURES: Counter[str] = Counter()  # what the runs did, printed under ./dev soak
+
+
+class Medium(Protocol):
+    """What the machine does to the medium under the journal (SimulatedDisk's controls)."""
+
+    fault: Fault | None
+    capacity: int | None
+
+    def arm(self, operations: int, rng: random.Random) -> None: ...
+
+    def disarm(self) -> None: ...
+
+    def crash(self, rng: random.Random, *, power: bool) -> None: ...
+
+    def used(self) -> int: ...
 
 
 @dataclass
@@ -97,11 +114,13 @@ def durable_key(client_id: str, name: str) -> str:
 
 
 class StoreMachine(PipelineRules, RuleBasedStateMachine):
+    SQUEEZABLE = True  # the medium can fill up (a disk can; a database's rows here cannot)
+
     def __init__(self) -> None:
         super().__init__()
         FIGURES["histories"] += 1
-        self.root = Path(tempfile.mkdtemp(prefix="sluiceway-model-"))
-        self.disk = SimulatedDisk()
+        self.root = Path(tempfile.mkdtemp(prefix="sluiceway-model-")).resolve()
+        self.disk: Medium = SimulatedDisk()
         self.clock = FakeClock()
         self.ids = itertools.count()
         self.clients = [Client(n) for n in range(CLIENTS)]
@@ -148,7 +167,12 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
             "imq.message.expiration.interval": "2",
             "imq.persist.file.disk.free.limit": "4k",
         }
-        self.node = Node(self.root, self.disk, self.clock, self.properties)
+        self.node = Node(self.root, self.files(), self.clock, self.properties)
+
+    def files(self) -> Files:
+        """The journal's files for the next broker life."""
+        assert isinstance(self.disk, SimulatedDisk)
+        return self.disk
 
     def teardown(self) -> None:
         if self.node is not None and self.node.running:
@@ -623,7 +647,11 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
 
         self.disk.fault = fault
 
-    @precondition(lambda self: not self.squeezed and not self.failing and self.armed is None)
+    @precondition(
+        lambda self: (
+            self.SQUEEZABLE and not self.squeezed and not self.failing and self.armed is None
+        )
+    )
     @rule(room=st.integers(0, 6000))
     def squeeze(self, *, room: int) -> None:
         """The disk fills up but for `room` bytes: below the free-space floor, then full."""
@@ -719,7 +747,7 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
             self.disk.arm(self.rng.randint(1, 25), self.rng)
         for _ in range(10):
             try:
-                node = Node(self.root, self.disk, self.clock, self.properties)
+                node = Node(self.root, self.files(), self.clock, self.properties)
             except SimulatedCrash:
                 self.disk.crash(self.rng, power=bool(power))
                 stop = Stop.POWER if power else stop
