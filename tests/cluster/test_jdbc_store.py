@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from sluiceway.client import ConnectionFactory
 from sluiceway.testing import BrokerProcess
@@ -17,7 +18,7 @@ from sluiceway.testing.postgres import free_port
 from tests.e2e.stomppy import connect, with_receipt
 from tests.persistence.raw import client, drain
 
-START_TIMEOUT = 60.0  # seconds: a start-up on a loaded machine, tables created first
+START_TIMEOUT = 20.0  # seconds: a start-up on a loaded machine, tables created first
 
 
 def jdbc(url: str, broker_id: str = "b1") -> tuple[str, ...]:
@@ -44,6 +45,7 @@ def send_with_our_client(port: int, destination: str, bodies: list[str]) -> None
     asyncio.run(scenario())
 
 
+@pytest.mark.timeout(120)
 def test_receipted_messages_survive_sigkill_once_and_acknowledged_ones_stay_gone(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -113,6 +115,7 @@ def run_broker(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.timeout(120)
 def test_a_second_broker_with_the_same_id_is_refused(pg_url: str, tmp_path: Path) -> None:
     with BrokerProcess(
         *jdbc(pg_url), data_dir=str(tmp_path / "one"), timeout=START_TIMEOUT
@@ -130,6 +133,7 @@ def test_a_second_broker_with_the_same_id_is_refused(pg_url: str, tmp_path: Path
         broker.stop()
 
 
+@pytest.mark.timeout(120)
 def test_an_unreachable_database_stops_the_start_in_one_line(tmp_path: Path) -> None:
     url = f"postgresql://sluiceway:secret@127.0.0.1:{free_port()}/nowhere"
     result = run_broker(tmp_path, *jdbc(url))
