@@ -766,8 +766,13 @@ EXAMPLES = iterations(suite=2000, soak=100_000)
 @pytest.mark.soak
 @pytest.mark.timeout(120 + EXAMPLES // 5)  # about 30 ms an example, on a loaded machine
 def test_the_store_against_its_model() -> None:
-    StoreMachine.TestCase.settings = settings(
-        max_examples=EXAMPLES,
+    run_machine(StoreMachine, EXAMPLES)
+
+
+def run_machine(machine: type[StoreMachine], examples: int, medium: str = "") -> None:
+    """Run `examples` histories of `machine`; print the figures under ./dev soak."""
+    machine.TestCase.settings = settings(
+        max_examples=examples,
         stateful_step_count=60,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
@@ -775,15 +780,15 @@ def test_the_store_against_its_model() -> None:
     )
     started = time.monotonic()
     FIGURES.clear()
-    StoreMachine.TestCase().runTest()
+    machine.TestCase().runTest()
     if soaking():
-        print(summary(time.monotonic() - started))
+        print(medium + summary(time.monotonic() - started, examples))
 
 
-def summary(seconds: float) -> str:
+def summary(seconds: float, examples: int = EXAMPLES) -> str:
     parts = ", ".join(f"{count:,} {what}" for what, count in sorted(FIGURES.items()))
     return (
-        f"store model: {EXAMPLES:,} examples asked for, {parts}; every restart matched the "
+        f"store model: {examples:,} examples asked for, {parts}; every restart matched the "
         f"model (0 lost, 0 resurrected, 0 partial COMMITs); {seconds:.0f} s"
     )
 

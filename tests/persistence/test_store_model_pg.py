@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 from sluiceway.persist.database import Database
 from sluiceway.persist.files import Files
@@ -24,8 +22,8 @@ from sluiceway.persist.pg_files import Fenced, PgFiles
 from sluiceway.persist.schema import ensure_schema
 from sluiceway.persist.simulated import Fault
 from tests.persistence.ledger import Stop
-from tests.persistence.test_store_model import FIGURES, StoreMachine, summary
-from tests.soak import iterations, soaking
+from tests.persistence.test_store_model import StoreMachine, run_machine
+from tests.soak import iterations
 
 _STORES = itertools.count()
 
@@ -109,15 +107,4 @@ def test_the_jdbc_store_against_its_model(pg_url: str) -> None:
     database = Database(pg_url)
     ensure_schema(database)
     PgStoreMachine.database = database
-    PgStoreMachine.TestCase.settings = settings(
-        max_examples=EXAMPLES,
-        stateful_step_count=60,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-        print_blob=True,
-    )
-    started = time.monotonic()
-    FIGURES.clear()
-    PgStoreMachine.TestCase().runTest()
-    if soaking():
-        print("jdbc " + summary(time.monotonic() - started))
+    run_machine(PgStoreMachine, EXAMPLES, "jdbc ")
