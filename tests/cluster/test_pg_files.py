@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from sluiceway.persist.database import Database
 from sluiceway.persist.files import OS_FILES, Files
-from sluiceway.persist.pg_files import ROW_BYTES, Fenced, PgFiles, StoreInUse
+from sluiceway.persist.pg_files import Fenced, PgFiles, StoreInUse
+from sluiceway.persist.pg_rows import ROW_BYTES
 from sluiceway.persist.schema import ensure_schema
 from sluiceway.persist.simulated import SimulatedCrash
 

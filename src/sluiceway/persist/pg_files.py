@@ -21,7 +21,7 @@ What a write does, and what a crash keeps:
   before it: stronger than a disk, which the journal already handles.
 - Group commit falls out of the journal's group sync policy: its sync thread calls fsync, and
   every write made while one commit runs shares the next; a RECEIPT waits for it, as on disk.
-  The writes of one commit to one file go in as few rows as they fit (up to ROW_BYTES each).
+  The writes of one commit to one file go in as few rows as they fit (persist.pg_rows).
 - The pending list is bounded by the journal: it holds what the journal wrote since its last
   fsync, which is one group of writes under the `group` and `always` policies, and at most one
   segment (imq.persist.file.segment.size, or the copy compaction makes of one) under `os`, which
@@ -61,13 +61,21 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, LiteralString
+from typing import TYPE_CHECKING, Final
 
 from sluiceway.persist.database import Database, DatabaseError
 from sluiceway.persist.files import Data
+from sluiceway.persist.pg_rows import (
+    Change,
+    Kind,
+    apply_changes,
+    list_files,
+    read_files,
+    select_range,
+)
 from sluiceway.persist.simulated import SimulatedCrash
 
 if TYPE_CHECKING:
@@ -75,7 +83,6 @@ if TYPE_CHECKING:
 
     Connection = psycopg.Connection[tuple[object, ...]]
 
-ROW_BYTES: Final = 1 << 20  # bytes: the largest chunk row; a read selects rows this far back
 LOCK_POLL: Final = 0.05  # seconds between two tries of the store's lock
 FREE_SPACE: Final = 1 << 50  # bytes: what free_space reports, free and in all (see above)
 
@@ -126,16 +133,12 @@ class _Open:
     position: int = 0
 
 
-# A pending operation: (number, what, file, name, second name or None, position, data or length).
-@dataclass(frozen=True, slots=True)
-class _Op:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Op(Change):
+    """One pending operation, numbered in the order it was made, and the file it changes."""
+
     number: int
-    kind: str  # "create", "write", "truncate", "replace", "remove"
     file: _File
-    name: str
-    target: str = ""  # replace: the new name
-    position: int = 0  # write: the offset; truncate: the length
-    data: bytes = b""
 
 
 class PgFiles:
@@ -207,13 +210,7 @@ class PgFiles:
             )
 
     def _load(self) -> None:
-        rows = self._reader.execute(
-            "SELECT name, size FROM sluiceway_file WHERE cluster_id = %s AND broker_id = %s",
-            self._key,
-        ).fetchall()
-        for name, size in rows:
-            assert isinstance(name, str)
-            assert isinstance(size, int)
+        for name, size in list_files(self._reader, self._key).items():
             self._files[name] = _File(stored=name, durable=size, size=size)
             self._directories.update(_parents(name))
 
@@ -233,7 +230,7 @@ class PgFiles:
                         raise FileNotFoundError(errno.ENOENT, "no such directory", str(path))
                     self._step("open", path)
                     file = self._files[name] = _File()
-                    self._pending("create", file, name)
+                    self._pending(Kind.CREATE, file, name)
                 elif flags & os.O_CREAT and flags & os.O_EXCL:
                     raise FileExistsError(errno.EEXIST, "file exists", str(path))
                 elif flags & os.O_TRUNC and file.size:
@@ -259,10 +256,7 @@ class PgFiles:
                 raise OSError(errno.EINVAL, "the jdbc store only appends to a file", opened.name)
             self._step("write", self.root / opened.name)
             if data:
-                chunk = bytes(data)
-                number = self._pending("write", file, opened.name, position=position, data=chunk)
-                file.writes.append((number, position, chunk))
-                file.size += len(chunk)
+                self._append(file, opened.name, bytes(data))
             opened.position = file.size
             return len(data)
 
@@ -304,10 +298,7 @@ class PgFiles:
             if length < file.size:
                 self._cut(file, opened.name, length)
             elif length > file.size:  # as ftruncate: the file grows with zeros
-                zeros = bytes(length - file.size)
-                number = self._pending("write", file, opened.name, position=file.size, data=zeros)
-                file.writes.append((number, file.size, zeros))
-                file.size = length
+                self._append(file, opened.name, bytes(length - file.size))
 
     def size(self, fd: int) -> int:
         with self._lock:
@@ -327,7 +318,7 @@ class PgFiles:
                 if replaced is not None:
                     replaced.unlinked = True
                 self._files[new] = self._files.pop(old)
-                self._pending("replace", file, old, target=new)
+                self._pending(Kind.REPLACE, file, old, target=new)
                 for opened in self._open.values():
                     if opened.file is file:
                         opened.name = new
@@ -341,7 +332,7 @@ class PgFiles:
             self._step("remove", path)
             del self._files[name]
             file.unlinked = True
-            self._pending("remove", file, name)
+            self._pending(Kind.REMOVE, file, name)
 
     def names(self, directory: Path) -> list[str]:
         name = self._name(directory)
@@ -386,7 +377,7 @@ class PgFiles:
                 self._check_broken()
                 ops, self._ops = self._ops, []
                 for op in ops:
-                    if op.kind == "replace":
+                    if op.kind is Kind.REPLACE:
                         op.file.moving = True
             if not ops:
                 return
@@ -394,7 +385,7 @@ class PgFiles:
                 with self._writer.transaction():
                     if self.fence is not None:
                         self.fence(self._writer)
-                    _Apply(self._writer, self._key).run(ops)
+                    apply_changes(self._writer, self._key, ops)
             except Fenced as fenced:
                 raise self._break(
                     f"broker {self.broker_id!r} no longer owns its store ({fenced}): nothing more "
@@ -421,13 +412,13 @@ class PgFiles:
         last = ops[-1].number
         for op in ops:
             file = op.file
-            if op.kind == "create":
+            if op.kind is Kind.CREATE:
                 file.stored, file.durable = op.name, 0
-            elif op.kind == "write":
+            elif op.kind is Kind.WRITE:
                 file.durable = op.position + len(op.data)
-            elif op.kind == "truncate":
+            elif op.kind is Kind.TRUNCATE:
                 file.durable = min(file.durable, op.position)
-            elif op.kind == "replace":
+            elif op.kind is Kind.REPLACE:
                 file.stored = op.target
             else:
                 file.stored, file.durable = None, 0
@@ -485,20 +476,7 @@ class PgFiles:
     def committed(self) -> dict[str, bytes]:
         """Every file's committed content, by name, read from the tables (for tests)."""
         with self._read_lock:
-            rows = self._reader.execute(
-                "SELECT f.name, f.size, c.position, c.data FROM sluiceway_file f "
-                "LEFT JOIN sluiceway_chunk c USING (cluster_id, broker_id, name) "
-                "WHERE f.cluster_id = %s AND f.broker_id = %s ORDER BY f.name, c.position",
-                self._key,
-            ).fetchall()
-        found: dict[str, bytearray] = {}
-        for name, size, position, data in rows:
-            assert isinstance(name, str)
-            assert isinstance(size, int)
-            content = found.setdefault(name, bytearray(size))
-            if isinstance(position, int) and isinstance(data, bytes):
-                content[position : position + len(data)] = data
-        return {name: bytes(content) for name, content in found.items()}
+            return read_files(self._reader, self._key)
 
     # -- inside ----------------------------------------------------------------------------------
 
@@ -543,7 +521,7 @@ class PgFiles:
 
     def _pending(
         self,
-        kind: str,
+        kind: Kind,
         file: _File,
         name: str,
         *,
@@ -552,11 +530,16 @@ class PgFiles:
         data: bytes = b"",
     ) -> int:
         self._numbers += 1
-        self._ops.append(_Op(self._numbers, kind, file, name, target, position, data))
+        self._ops.append(_Op(kind, name, target, position, data, number=self._numbers, file=file))
         return self._numbers
 
+    def _append(self, file: _File, name: str, data: bytes) -> None:
+        number = self._pending(Kind.WRITE, file, name, position=file.size, data=data)
+        file.writes.append((number, file.size, data))
+        file.size += len(data)
+
     def _cut(self, file: _File, name: str, length: int) -> None:
-        number = self._pending("truncate", file, name, position=length)
+        number = self._pending(Kind.TRUNCATE, file, name, position=length)
         file.cuts.append((number, length))
         kept: list[tuple[int, int, bytes]] = []
         for written, position, data in file.writes:
@@ -564,119 +547,15 @@ class PgFiles:
                 kept.append((written, position, data[: length - position]))
         file.writes, file.size = kept, length
 
-    def _select(self, name: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:
-        """The committed bytes of `name` from `start` to `end`: (position, bytes) per row, each
-        cut by the database to the range (a row is at most ROW_BYTES long)."""
+    def _select(self, name: str, start: int, end: int) -> list[tuple[int, bytes]]:
         try:
             with self._read_lock:
-                rows = self._reader.execute(
-                    "SELECT position, substr(data, "
-                    "(greatest(%(start)s - position, 0) + 1)::integer, "
-                    "(%(end)s - greatest(position, %(start)s))::integer) FROM sluiceway_chunk "
-                    "WHERE cluster_id = %(cluster)s AND broker_id = %(broker)s AND name = %(name)s "
-                    "AND position > %(start)s - %(row)s AND position < %(end)s "
-                    "AND position + length(data) > %(start)s",
-                    {
-                        "start": start,
-                        "end": end,
-                        "cluster": self.cluster_id,
-                        "broker": self.broker_id,
-                        "name": name,
-                        "row": ROW_BYTES,
-                    },
-                ).fetchall()
+                return select_range(self._reader, self._key, name, start, end)
         except Exception as error:
             reason = " ".join(str(error).split()) or type(error).__name__
             raise OSError(
                 errno.EIO, f"reading {name} from the database {self.database.shown}: {reason}"
             ) from error
-        for position, data in rows:
-            assert isinstance(position, int)
-            assert isinstance(data, bytes)
-            yield position, data
-
-
-class _Apply:
-    """One commit's operations as SQL, in order, in the caller's transaction: the writes of
-    each file merged into rows of up to ROW_BYTES, flushed before any other operation."""
-
-    def __init__(self, connection: Connection, key: tuple[str, str]) -> None:
-        self._connection, self._key = connection, key
-        self._runs: dict[str, tuple[int, bytearray]] = {}  # by name: (position, bytes) to insert
-
-    def run(self, ops: list[_Op]) -> None:
-        for op in ops:
-            if op.kind == "write":
-                self._write(op.name, op.position, op.data)
-                continue
-            self._flush()
-            self._metadata(op)
-        self._flush()
-
-    def _write(self, name: str, position: int, data: bytes) -> None:
-        run = self._runs.get(name)
-        if run is not None and run[0] + len(run[1]) == position:
-            run[1].extend(data)
-        else:
-            if run is not None:
-                self._flush()
-            self._runs[name] = (position, bytearray(data))
-
-    def _flush(self) -> None:
-        if not self._runs:
-            return
-        chunks: list[tuple[str, str, str, int, memoryview]] = []
-        sizes: list[tuple[int, str, str, str]] = []
-        for name, (position, data) in self._runs.items():
-            view = memoryview(data)
-            for start in range(0, len(data), ROW_BYTES):
-                chunks.append((*self._key, name, position + start, view[start : start + ROW_BYTES]))
-            sizes.append((position + len(data), *self._key, name))
-        self._runs = {}
-        with self._connection.cursor() as cursor:
-            cursor.executemany(_SQL["insert"], chunks)
-            cursor.executemany(_SQL["size"], sizes)
-
-    def _metadata(self, op: _Op) -> None:
-        execute, key = self._connection.execute, self._key
-        if op.kind == "create":
-            execute(_SQL["create"], (*key, op.name))
-        elif op.kind == "truncate":
-            length = op.position
-            execute(_SQL["cut rows"], (*key, op.name, length))
-            execute(_SQL["cut row"], (length, *key, op.name, length))
-            execute(_SQL["size"], (length, *key, op.name))
-        elif op.kind == "replace":
-            for statement in ("drop rows", "drop file"):
-                execute(_SQL[statement], (*key, op.target))
-            for statement in ("rename rows", "rename file"):
-                execute(_SQL[statement], (op.target, *key, op.name))
-        else:
-            for statement in ("drop rows", "drop file"):
-                execute(_SQL[statement], (*key, op.name))
-
-
-# The statements of a commit; each names one file's rows by (cluster_id, broker_id, name).
-_SQL: Final[dict[str, LiteralString]] = {
-    "create": "INSERT INTO sluiceway_file (cluster_id, broker_id, name, size) "
-    "VALUES (%s, %s, %s, 0)",
-    "insert": "INSERT INTO sluiceway_chunk (cluster_id, broker_id, name, position, data) "
-    "VALUES (%s, %s, %s, %s, %s)",
-    "size": "UPDATE sluiceway_file SET size = %s "
-    "WHERE cluster_id = %s AND broker_id = %s AND name = %s",
-    "cut rows": "DELETE FROM sluiceway_chunk "
-    "WHERE cluster_id = %s AND broker_id = %s AND name = %s AND position >= %s",
-    "cut row": "UPDATE sluiceway_chunk SET data = substr(data, 1, (%s - position)::integer) "
-    "WHERE cluster_id = %s AND broker_id = %s AND name = %s AND position + length(data) > %s",
-    "drop rows": "DELETE FROM sluiceway_chunk "
-    "WHERE cluster_id = %s AND broker_id = %s AND name = %s",
-    "drop file": "DELETE FROM sluiceway_file "
-    "WHERE cluster_id = %s AND broker_id = %s AND name = %s",
-    "rename rows": "UPDATE sluiceway_chunk SET name = %s "
-    "WHERE cluster_id = %s AND broker_id = %s AND name = %s",
-    "rename file": "UPDATE sluiceway_file SET name = %s "
-    "WHERE cluster_id = %s AND broker_id = %s AND name = %s",
-}
 
 
 def _parent(name: str) -> str:
