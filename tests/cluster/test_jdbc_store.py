@@ -5,6 +5,7 @@ process for the same broker id refused; an unreachable database refused in one l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from sluiceway.app.storage import Storage
 from sluiceway.client import ConnectionFactory
+from sluiceway.config import build_config
+from sluiceway.persist.pg_files import Fenced
+from sluiceway.persist.segments import JournalError
 from sluiceway.testing import BrokerProcess
 from sluiceway.testing.postgres import free_port
 from tests.e2e.stomppy import connect, with_receipt
@@ -142,3 +147,42 @@ def test_an_unreachable_database_stops_the_start_in_one_line(tmp_path: Path) -> 
     (line,) = [line for line in result.stderr.splitlines() if "cannot start" in line]
     assert "cannot reach the database postgresql://sluiceway@127.0.0.1:" in line
     assert "secret" not in result.stderr
+
+
+def test_storage_runs_the_fence_it_is_given_in_every_commit(pg_url: str, tmp_path: Path) -> None:
+    owned = [True]
+    checked: list[bool] = []
+
+    def fence(connection: object) -> None:
+        checked.append(owned[0])
+        if not owned[0]:
+            raise Fenced("broker b9 took it over")
+
+    config = build_config(
+        {
+            "imq.persist.file.directory": str(tmp_path),
+            "imq.persist.store": "jdbc",
+            "imq.persist.jdbc.postgresql.property.url": pg_url,
+            "imq.brokerid": "b1",
+        }
+    )
+    storage = Storage(config, fence=fence)
+    try:
+        assert storage.pg_files is not None
+        assert storage.pg_files.fence is fence
+        storage.open_broker()
+        assert storage.journal_store is not None
+        journal = storage.journal_store.journal
+        journal.add(1, b"a record")
+        journal.sync_active()
+        assert checked
+        assert all(checked)
+        owned[0] = False
+        journal.add(1, b"another")
+        with pytest.raises(JournalError, match=r"no longer owns its store \(broker b9 took it"):
+            journal.sync_active()
+        with pytest.raises(JournalError):
+            journal.add(1, b"refused")
+    finally:
+        with contextlib.suppress(JournalError):
+            storage.close()
