@@ -90,14 +90,14 @@ class Storage:
         self.journal_store: JournalStore | None = None
         self.swap: SwapArea | None = None
         self._lock_file: IO[str] | None = None
+        # The jdbc store's files, when this storage opened them (it closes them too).
+        self.pg_files: PgFiles | None = None
         if config.persist_store == "memory":
             self.store = MemoryStore()
             self.directory: Path | None = None
             return
         self.directory = Path(config.data_directory).resolve()
         self._lock(self.directory)
-        # The jdbc store's files, when this storage opened them (it closes them too).
-        self.pg_files: PgFiles | None = None
         if config.persist_store == "jdbc" and files is OS_FILES:
             try:
                 files = self.pg_files = open_store_files(config, self.directory, fence)
