@@ -1,12 +1,13 @@
 """A broker in-process on a simulated disk, with the I/O layer's part done by hand.
 
 `Node` opens the broker the way `sluiceway broker` does (app.storage.Storage: the journal, the
-swap area, recovery), but on a `SimulatedDisk` and a fake clock, with the group policy's fsync
-rounds run when the test says (`sync`). `Link` is one client connection: a real `StompSession`
-fed frame bytes, whose output is decoded back into frames. After every input the node does what
-server/connection.py does: let held SENDs settle, flush the journal to the operating system
-before any frame leaves, write the control frames whose records are durable, pump the MESSAGE
-frames each connection may take. No socket, no event loop, no thread: a history replays exactly.
+swap area, recovery), but on a `SimulatedDisk` (or another `Files`: the jdbc store's) and a fake
+clock, with the group policy's fsync rounds run when the test says (`sync`). `Link` is one client
+connection: a real `StompSession` fed frame bytes, whose output is decoded back into frames.
+After every input the node does what server/connection.py does: let held SENDs settle, flush
+the journal to the operating system before any frame leaves, write the control frames whose
+records are durable, pump the MESSAGE frames each connection may take. No socket, no event
+loop, no thread: a history replays exactly.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from pathlib import Path
 from sluiceway.app.storage import Storage
 from sluiceway.config import build_config
 from sluiceway.errors import InternalError
+from sluiceway.persist.files import Files
 from sluiceway.persist.journal import Journal
 from sluiceway.persist.journal_store import JournalStore
 from sluiceway.persist.replay import Recovery
-from sluiceway.persist.simulated import SimulatedDisk
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame
 from sluiceway.session.session import StompSession
@@ -93,7 +94,7 @@ class Node:
     def __init__(
         self,
         root: Path,
-        disk: SimulatedDisk,
+        disk: Files,
         clock: FakeClock,
         properties: Mapping[str, str],
     ) -> None:

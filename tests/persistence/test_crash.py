@@ -26,6 +26,7 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -83,15 +84,10 @@ class Segments:
     most: int = 0
     most_bytes: int = 0
 
-    def sample(self, journal: Path) -> tuple[set[str], set[str]]:
-        """List the segment files: (the new ones, the ones gone) since the last listing."""
-        names, size = set(), 0
-        with os.scandir(journal) as entries:
-            for entry in entries:
-                if entry.name.endswith(".log"):
-                    names.add(entry.name)
-                    with contextlib.suppress(FileNotFoundError):  # deleted since listed
-                        size += entry.stat().st_size
+    def sample(self, listing: dict[str, int]) -> tuple[set[str], set[str]]:
+        """Take a listing of the segment files (name: bytes): (the new ones, the ones gone)
+        since the last listing."""
+        names, size = set(listing), sum(listing.values())
         new, gone = names - self.listed, self.listed - names
         self.seen |= names
         self.deleted |= gone
@@ -101,14 +97,30 @@ class Segments:
         return new, gone
 
 
+def list_directory(journal: Path) -> dict[str, int]:
+    """The segment files in a journal directory, and their sizes."""
+    found = {}
+    with os.scandir(journal) as entries:
+        for entry in entries:
+            if entry.name.endswith(".log"):
+                with contextlib.suppress(FileNotFoundError):  # deleted since listed
+                    found[entry.name] = entry.stat().st_size
+    return found
+
+
+Lister = Callable[[], dict[str, int]]
+
+
 class JournalWatch(threading.Thread):
     """Samples the segment files and the broker's log while a broker runs: `rotated` is set
     when a segment file appears, `reclaimed` when one goes or the log says the upkeep deleted
     or compacted segments."""
 
-    def __init__(self, journal: Path, broker: BrokerProcess, segments: Segments) -> None:
+    def __init__(
+        self, lister: Lister, broker: BrokerProcess, segments: Segments, every: float = SAMPLE_S
+    ) -> None:
         super().__init__(name="journal-watch", daemon=True)
-        self.journal = journal
+        self.lister, self.every = lister, every
         self.broker = broker
         self.segments = segments
         self.stop = threading.Event()
@@ -117,8 +129,8 @@ class JournalWatch(threading.Thread):
 
     def run(self) -> None:
         lines = len(self.broker.lines)
-        while not self.stop.wait(SAMPLE_S):
-            new, gone = self.segments.sample(self.journal)
+        while not self.stop.wait(self.every):
+            new, gone = self.segments.sample(self.lister())
             if new:
                 self.rotated.set()
             logged = self.broker.lines[lines:]
@@ -144,8 +156,21 @@ class Figures:
 class CrashLoop:
     """The run: one broker life after another on the same data directory, one ledger."""
 
-    def __init__(self, data: Path, seed: int) -> None:
+    def __init__(
+        self,
+        data: Path,
+        seed: int,
+        *,
+        args: tuple[str, ...] = (),
+        lister: Lister | None = None,
+        every: float = SAMPLE_S,
+    ) -> None:
+        """`args`: more broker arguments (another store); `lister` lists its segment files
+        (by default, those of the journal directory), every `every` seconds."""
         self.data = data
+        self.args = args
+        self.lister = lister or (lambda: list_directory(data / "journal"))
+        self.every = every
         self.seed = seed
         self.rng = random.Random(seed)
         self.ledger = Ledger()
@@ -161,9 +186,12 @@ class CrashLoop:
 
     def start(self) -> BrokerProcess:
         began = time.monotonic()
-        broker = BrokerProcess(*BROKER_ARGS, data_dir=str(self.data))
+        broker = BrokerProcess(*BROKER_ARGS, *self.args, data_dir=str(self.data))
         self.figures.restarts_s.append(time.monotonic() - began)
         return broker
+
+    def watch(self, broker: BrokerProcess) -> JournalWatch:
+        return JournalWatch(self.lister, broker, self.segments, self.every)
 
     def life(self, iteration: int) -> None:
         """Restart, check, load, kill."""
@@ -172,7 +200,7 @@ class CrashLoop:
         clients: list[Client] = []
         with self.start() as broker:
             life.port = broker.port
-            watch = JournalWatch(self.data / "journal", broker, self.segments)
+            watch = self.watch(broker)
             watch.start()
             try:
                 durable, held = self.check(broker, iteration)
@@ -273,7 +301,7 @@ class CrashLoop:
         """Check once more, drain everything, and find nothing after one more restart."""
         iteration = len(self.figures.restarts_s)
         with self.start() as broker:
-            watch = JournalWatch(self.data / "journal", broker, self.segments)
+            watch = self.watch(broker)
             watch.start()
             try:
                 durable, held = self.check(broker, iteration)

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -41,8 +42,9 @@ from hypothesis.stateful import (
 )
 
 from sluiceway.app.storage import StorageError
+from sluiceway.persist.files import Files
 from sluiceway.persist.segments import JournalError
-from sluiceway.persist.simulated import SimulatedCrash, SimulatedDisk
+from sluiceway.persist.simulated import Fault, SimulatedCrash, SimulatedDisk
 from sluiceway.protocol.frames import Frame
 from sluiceway.testing import FakeClock
 from tests.persistence.inprocess import Link, Node
@@ -58,6 +60,21 @@ DURABLE_NAMES = ("d0", "d1")
 ACK_MODES = ("client-individual", "client", "auto")
 CLIENT = st.integers(0, CLIENTS - 1)
 FIGURES: Counter[str] = Counter()  # what the runs did, printed under ./dev soak
+
+
+class Medium(Protocol):
+    """What the machine does to the medium under the journal (SimulatedDisk's controls)."""
+
+    fault: Fault | None
+    capacity: int | None
+
+    def arm(self, operations: int, rng: random.Random) -> None: ...
+
+    def disarm(self) -> None: ...
+
+    def crash(self, rng: random.Random, *, power: bool) -> None: ...
+
+    def used(self) -> int: ...
 
 
 @dataclass
@@ -97,11 +114,13 @@ def durable_key(client_id: str, name: str) -> str:
 
 
 class StoreMachine(PipelineRules, RuleBasedStateMachine):
+    SQUEEZABLE = True  # the medium can fill up (a disk can; a database's rows here cannot)
+
     def __init__(self) -> None:
         super().__init__()
         FIGURES["histories"] += 1
-        self.root = Path(tempfile.mkdtemp(prefix="sluiceway-model-"))
-        self.disk = SimulatedDisk()
+        self.root = Path(tempfile.mkdtemp(prefix="sluiceway-model-")).resolve()
+        self.disk: Medium = SimulatedDisk()
         self.clock = FakeClock()
         self.ids = itertools.count()
         self.clients = [Client(n) for n in range(CLIENTS)]
@@ -148,7 +167,12 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
             "imq.message.expiration.interval": "2",
             "imq.persist.file.disk.free.limit": "4k",
         }
-        self.node = Node(self.root, self.disk, self.clock, self.properties)
+        self.node = Node(self.root, self.files(), self.clock, self.properties)
+
+    def files(self) -> Files:
+        """The journal's files for the next broker life."""
+        assert isinstance(self.disk, SimulatedDisk)
+        return self.disk
 
     def teardown(self) -> None:
         if self.node is not None and self.node.running:
@@ -623,7 +647,11 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
 
         self.disk.fault = fault
 
-    @precondition(lambda self: not self.squeezed and not self.failing and self.armed is None)
+    @precondition(
+        lambda self: (
+            self.SQUEEZABLE and not self.squeezed and not self.failing and self.armed is None
+        )
+    )
     @rule(room=st.integers(0, 6000))
     def squeeze(self, *, room: int) -> None:
         """The disk fills up but for `room` bytes: below the free-space floor, then full."""
@@ -719,7 +747,7 @@ class StoreMachine(PipelineRules, RuleBasedStateMachine):
             self.disk.arm(self.rng.randint(1, 25), self.rng)
         for _ in range(10):
             try:
-                node = Node(self.root, self.disk, self.clock, self.properties)
+                node = Node(self.root, self.files(), self.clock, self.properties)
             except SimulatedCrash:
                 self.disk.crash(self.rng, power=bool(power))
                 stop = Stop.POWER if power else stop
@@ -738,8 +766,13 @@ EXAMPLES = iterations(suite=2000, soak=100_000)
 @pytest.mark.soak
 @pytest.mark.timeout(120 + EXAMPLES // 5)  # about 30 ms an example, on a loaded machine
 def test_the_store_against_its_model() -> None:
-    StoreMachine.TestCase.settings = settings(
-        max_examples=EXAMPLES,
+    run_machine(StoreMachine, EXAMPLES)
+
+
+def run_machine(machine: type[StoreMachine], examples: int, medium: str = "") -> None:
+    """Run `examples` histories of `machine`; print the figures under ./dev soak."""
+    machine.TestCase.settings = settings(
+        max_examples=examples,
         stateful_step_count=60,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
@@ -747,15 +780,15 @@ def test_the_store_against_its_model() -> None:
     )
     started = time.monotonic()
     FIGURES.clear()
-    StoreMachine.TestCase().runTest()
+    machine.TestCase().runTest()
     if soaking():
-        print(summary(time.monotonic() - started))
+        print(medium + summary(time.monotonic() - started, examples))
 
 
-def summary(seconds: float) -> str:
+def summary(seconds: float, examples: int = EXAMPLES) -> str:
     parts = ", ".join(f"{count:,} {what}" for what, count in sorted(FIGURES.items()))
     return (
-        f"store model: {EXAMPLES:,} examples asked for, {parts}; every restart matched the "
+        f"store model: {examples:,} examples asked for, {parts}; every restart matched the "
         f"model (0 lost, 0 resurrected, 0 partial COMMITs); {seconds:.0f} s"
     )
 

@@ -1,9 +1,12 @@
 """Opening the broker's storage: the data directory, its lock, the journal and the swap area.
 
 `imq.persist.store=file` (the default) keeps persistent messages in the journal under the data
-directory (`imq.persist.file.directory`, `sluiceway broker --data-dir`); `memory` keeps nothing.
-The data directory is locked while a broker uses it, so a second broker on the same directory
-stops at start-up instead of corrupting the first one's journal.
+directory (`imq.persist.file.directory`, `sluiceway broker --data-dir`); `jdbc` keeps the same
+journal in PostgreSQL (app.jdbc, persist.pg_files), the data directory holding only the lock and
+the swap area; `memory` keeps nothing. The data directory is locked while a broker uses it, so a
+second broker on the same directory stops at start-up instead of corrupting the first one's
+journal (the jdbc store has a lock of its own in the database, for the same broker id started on
+another directory or machine).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from sluiceway.app.jdbc import open_store_files
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.core.model.store import MemoryStore, MessageStore
@@ -26,6 +30,7 @@ from sluiceway.persist.files import OS_FILES, Files
 from sluiceway.persist.format import describe_damaged
 from sluiceway.persist.journal import Journal, SyncPolicy
 from sluiceway.persist.journal_store import JournalStore
+from sluiceway.persist.pg_files import Fence, PgFiles
 from sluiceway.persist.replay import Recovery
 from sluiceway.persist.restoring import restore_broker
 from sluiceway.persist.segments import (
@@ -66,11 +71,18 @@ class Storage:
     """The broker's store, swap area and directory lock, opened and closed together."""
 
     def __init__(
-        self, config: BrokerConfig, *, files: Files = OS_FILES, sync_thread: bool = True
+        self,
+        config: BrokerConfig,
+        *,
+        files: Files = OS_FILES,
+        sync_thread: bool = True,
+        fence: Fence | None = None,
     ) -> None:
-        """`files`: where the journal's files are; `sync_thread` False: under the group policy
-        the journal syncs only when told (Journal.sync_round). Tests give a simulated disk and
-        decide when it syncs."""
+        """`files`: where the journal's files are (under `jdbc`, the database's unless given);
+        `sync_thread` False: under the group policy the journal syncs only when told
+        (Journal.sync_round). Tests give a simulated disk and decide when it syncs. `fence`:
+        under `jdbc`, run in every commit to check the store is still this broker's (the
+        cluster membership's; see persist.pg_files.Fence)."""
         self.config = config
         self.notifier = SyncNotifier()
         self.store: MessageStore
@@ -78,12 +90,20 @@ class Storage:
         self.journal_store: JournalStore | None = None
         self.swap: SwapArea | None = None
         self._lock_file: IO[str] | None = None
+        # The jdbc store's files, when this storage opened them (it closes them too).
+        self.pg_files: PgFiles | None = None
         if config.persist_store == "memory":
             self.store = MemoryStore()
             self.directory: Path | None = None
             return
         self.directory = Path(config.data_directory).resolve()
         self._lock(self.directory)
+        if config.persist_store == "jdbc" and files is OS_FILES:
+            try:
+                files = self.pg_files = open_store_files(config, self.directory, fence)
+            except BaseException:
+                self._unlock()
+                raise
         journal = Journal(
             self.directory / "journal",
             segment_size=config.segment_size,
@@ -161,10 +181,15 @@ class Storage:
         finally:
             if self.swap is not None:
                 self.swap.close()
-            if self._lock_file is not None:
-                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-                self._lock_file.close()
-                self._lock_file = None
+            if self.pg_files is not None:
+                self.pg_files.shutdown()
+            self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
 
 
 def _log_recovery(store: JournalStore, recovery: Recovery) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from sluiceway import BUILD, __version__
 from sluiceway.analysis import command as analyze
 from sluiceway.bench import command as bench
-from sluiceway.cli import cmd
+from sluiceway.cli import cmd, dbmgr
 from sluiceway.collector import tune_collector
 from sluiceway.config import BrokerConfig, load_config, render_reference
 from sluiceway.errors import ConfigError, SluicewayError
@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print every property with its default and meaning, then exit",
     )
     cmd.add_parser(commands)
+    dbmgr.add_parser(commands)
     analyze.add_parser(commands)
     bench.add_parser(commands)
     return parser
@@ -75,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_broker(args)
     if args.command == "cmd":
         return cmd.run(args)
+    if args.command == "dbmgr":
+        return dbmgr.run(args)
     if args.command == "analyze":
         return analyze.run(args)
     if args.command == "bench":
