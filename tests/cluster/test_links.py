@@ -1,0 +1,234 @@
+"""Messages across the members of a cluster: real brokers on real sockets, linked by the test
+with a static list of members, and stomp.py clients."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sluiceway.cluster.peers import StaticPeers
+from sluiceway.testing import BrokerThread
+from tests.cluster.links_support import Member, cluster, received, undelivered
+from tests.e2e.conftest import stomp_clients
+from tests.e2e.stomppy import Recorder, subscribe, sync
+from tests.e2e.support import wait_until
+
+__all__ = ["cluster", "stomp_clients"]  # fixtures
+
+pytestmark = pytest.mark.timeout(90)
+
+Cluster = Callable[..., list[Member]]
+Clients = Callable[..., tuple[Any, Recorder]]
+QUEUE = "/queue/orders"
+TOPIC = "/topic/prices"
+DELIVERY_WAIT = 30.0  # seconds for every message to cross, on a loaded machine
+
+
+def send_all(
+    connection: Any, recorder: Recorder, bodies: list[str], to: str = QUEUE, **headers: str
+) -> None:
+    """Send `bodies` in order and wait until the broker has accepted every one."""
+    for body in bodies:
+        connection.send(to, body, headers=headers)
+    sync(connection, recorder)
+
+
+def ack_each(consumer: Any, got: Recorder, count: int) -> list[str]:
+    """Acknowledge the first `count` messages as they come; their bodies."""
+    bodies: list[str] = []
+    while len(bodies) < count:
+        done = len(bodies)
+        got.wait_messages(done + 1, DELIVERY_WAIT)
+        frame = got.messages[done]
+        consumer.ack(frame.headers["ack"])
+        bodies.append(frame.body)
+    return bodies
+
+
+def bodies_of(recorder: Recorder) -> list[str]:
+    return [frame.body for frame in list(recorder.messages)]
+
+
+def consumer_at(
+    clients: Clients, member: Member, home: Member, ack: str = "auto", **headers: str
+) -> tuple[Any, Recorder]:
+    """A stomp.py consumer of QUEUE at `member`, once its link to `home` carries the queue."""
+    connection, recorder = clients(member.broker.port)
+    subscribe(connection, recorder, QUEUE, "s", ack=ack, **headers)
+    member.wait_routes(home.broker_id, {QUEUE})
+    return connection, recorder
+
+
+def produce_at(clients: Clients, member: Member, count: int, **headers: str) -> list[str]:
+    """`count` messages sent to QUEUE at `member`; their bodies, in order."""
+    producer, sent = clients(member.broker.port)
+    bodies = [f"m{i}" for i in range(count)]
+    send_all(producer, sent, bodies, **headers)
+    return bodies
+
+
+def test_a_queue_crosses_to_a_consumer_on_another_member_once_and_in_order(
+    cluster: Cluster, stomp_clients: Clients
+) -> None:
+    a, b = cluster(2)
+    _, got = consumer_at(stomp_clients, b, a)
+    bodies = produce_at(stomp_clients, a, 300, persistent="true", priority="4", flavour="mint")
+
+    got.wait_messages(len(bodies), DELIVERY_WAIT)
+    assert bodies_of(got) == bodies
+    first = got.messages[0].headers
+    assert first["sluiceway_via"] == "a"
+    assert first["persistent"] == "true"
+    assert first["priority"] == "4"
+    assert first["flavour"] == "mint"  # the producer's headers cross with the message
+    assert first["sluiceway_origin_id"] != first["message-id"]
+    wait_until(lambda: undelivered(a, QUEUE) == 0)
+    assert received(b, QUEUE) == len(bodies)
+
+
+def test_non_persistent_messages_cross_too(cluster: Cluster, stomp_clients: Clients) -> None:
+    a, b = cluster(2)
+    _, got = consumer_at(stomp_clients, b, a, "client-individual")
+    bodies = produce_at(stomp_clients, a, 50, persistent="false")
+
+    got.wait_messages(len(bodies), DELIVERY_WAIT)
+    assert bodies_of(got) == bodies
+    assert {frame.headers["persistent"] for frame in got.messages} == {"false"}
+
+
+def test_consumers_on_two_members_share_a_queue_each_message_once(
+    cluster: Cluster, stomp_clients: Clients
+) -> None:
+    a, b = cluster(2)
+    # The consumer here takes ten and holds them: the queue's other messages go to the link.
+    here, got_here = consumer_at(stomp_clients, a, b, "client-individual", consumer_flow_limit="10")
+    _, got_there = consumer_at(stomp_clients, b, a)
+    bodies = produce_at(stomp_clients, a, 400, persistent="true")
+
+    def total() -> int:
+        return len(got_here.messages) + len(got_there.messages)
+
+    wait_until(lambda: total() >= len(bodies), DELIVERY_WAIT)
+    everything = Counter(bodies_of(got_here) + bodies_of(got_there))
+    assert everything == Counter(bodies)  # each once in the cluster, none lost
+    assert len(got_here.messages) == 10
+    for frame in got_here.messages:
+        here.ack(frame.headers["ack"])
+    # Each consumer sees the single producer's order among the messages it gets.
+    for recorder in (got_here, got_there):
+        numbers = [int(body[1:]) for body in bodies_of(recorder)]
+        assert numbers == sorted(numbers)
+
+
+def test_a_topic_reaches_every_subscriber_on_every_member_once(
+    cluster: Cluster, stomp_clients: Clients
+) -> None:
+    members = cluster(3)
+    recorders = []
+    for member in members:
+        connection, recorder = stomp_clients(member.broker.port)
+        subscribe(connection, recorder, TOPIC, "s", ack="auto")
+        recorders.append(recorder)
+    for member in members:
+        for other in members:
+            if other is not member:
+                member.wait_routes(other.broker_id, {TOPIC})
+    a, _, c = members
+    from_a, sent_a = stomp_clients(a.broker.port)
+    from_c, sent_c = stomp_clients(c.broker.port)
+    bodies_a = [f"a{i}" for i in range(60)]
+    bodies_c = [f"c{i}" for i in range(60)]
+    send_all(from_a, sent_a, bodies_a, TOPIC)
+    send_all(from_c, sent_c, bodies_c, TOPIC)
+
+    for recorder in recorders:
+        recorder.wait_messages(120, DELIVERY_WAIT)
+        assert Counter(bodies_of(recorder)) == Counter(bodies_a + bodies_c)
+    # Each member published each message once: its own, and one copy of every other's. A
+    # message that bounced back would be published again.
+    for member in members:
+        assert received(member, TOPIC) == 120
+    for recorder in recorders:
+        assert len(recorder.messages) == 120
+
+
+def test_a_slow_consumer_holds_what_crosses_to_its_window_and_the_link_window(
+    cluster: Cluster, stomp_clients: Clients
+) -> None:
+    consumer_window, link_window = 5, 10
+    a, b = cluster(2, flow_limit=link_window)
+    consumer, got = consumer_at(stomp_clients, b, a, "client-individual", consumer_flow_limit="5")
+    bodies = produce_at(stomp_clients, a, 100, persistent="true")
+
+    got.wait_messages(consumer_window, DELIVERY_WAIT)
+    # The consumer has no room left: its member lets the queue go at the other.
+    b.wait_routes("a", set(), DELIVERY_WAIT)
+    crossed = received(b, QUEUE)
+    assert consumer_window <= crossed <= consumer_window + link_window
+    assert undelivered(a, QUEUE) >= len(bodies) - crossed
+    assert len(got.messages) == consumer_window
+
+    # Consuming lets the rest come, a window at a time.
+    ack_each(consumer, got, len(bodies))
+    assert Counter(bodies_of(got)) == Counter(bodies)
+    wait_until(lambda: undelivered(a, QUEUE) == 0)
+
+
+def test_stopping_the_forwarding_member_loses_nothing_and_brings_back_nothing_acked(
+    make_broker: Callable[..., BrokerThread], stomp_clients: Clients, tmp_path: Any
+) -> None:
+    kept = {"imq.persist.file.directory": str(tmp_path / "b")}
+    a = Member("a", make_broker())
+    b = Member("b", make_broker(kept))
+    try:
+        b.link_to(StaticPeers([a.peer]), flow_limit=20)
+        window = {"consumer_flow_limit": "20"}
+        consumer, got = consumer_at(stomp_clients, b, a, "client-individual", **window)
+        bodies = produce_at(stomp_clients, a, 300, persistent="true")
+
+        acked_at_b = ack_each(consumer, got, 60)
+        sync(consumer, got)  # the ACKs are in
+    finally:
+        b.stop_links()
+    b.broker.stop()  # its consumer's unacknowledged messages stay in its store
+
+    again = Member("b", make_broker(kept))
+    consumer_b, kept_at_b = stomp_clients(again.broker.port)
+    subscribe(consumer_b, kept_at_b, QUEUE, "s", ack="auto")
+    consumer_a, left_at_a = stomp_clients(a.broker.port)
+    subscribe(consumer_a, left_at_a, QUEUE, "s", ack="auto")
+
+    def total() -> int:
+        return len(acked_at_b) + len(kept_at_b.messages) + len(left_at_a.messages)
+
+    wait_until(lambda: total() >= len(bodies), DELIVERY_WAIT)
+    everything = acked_at_b + bodies_of(kept_at_b) + bodies_of(left_at_a)
+    assert Counter(everything) == Counter(bodies)  # nothing lost, nothing twice
+    # What went back to the home broker from the link was delivered there before: flagged.
+    returned = [f for f in left_at_a.messages if f.headers["redelivered"] == "true"]
+    assert len(returned) <= 20
+
+
+def test_a_member_that_restarts_is_linked_again_and_nothing_arrives_twice(
+    make_broker: Callable[..., BrokerThread], stomp_clients: Clients, tmp_path: Any
+) -> None:
+    kept = {"imq.persist.file.directory": str(tmp_path / "a")}
+    a = Member("a", make_broker(kept))
+    b = Member("b", make_broker())
+    peers = StaticPeers([a.peer])
+    try:
+        b.link_to(peers, flow_limit=50)
+        _, got = consumer_at(stomp_clients, b, a)
+        bodies = produce_at(stomp_clients, a, 400, persistent="true")
+        got.wait_messages(50, DELIVERY_WAIT)
+        a.broker.stop()  # while messages cross
+        restarted = Member("a", make_broker(kept))
+        peers.peers = [restarted.peer]  # the member is back, on another port
+        got.wait_messages(len(bodies), DELIVERY_WAIT)
+        assert Counter(bodies_of(got)) == Counter(bodies)
+        wait_until(lambda: undelivered(restarted, QUEUE) == 0)
+    finally:
+        b.stop_links()
