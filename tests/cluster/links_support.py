@@ -58,6 +58,10 @@ class Member:
         )
         links = Links(broker, peers, link_settings, peers_interval=0.2)
         links.demand_interval = DEMAND_INTERVAL
+        return self.run(links)
+
+    def run(self, links: Links) -> Links:
+        """Start `links` on this member's event loop; stop_links stops them."""
         self.links = links
         self.call(links.start)
         return links

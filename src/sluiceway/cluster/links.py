@@ -173,7 +173,9 @@ def read_link_password(path: str) -> str:
         mode = Path(path).stat().st_mode
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as error:
-        raise ConfigError(name, f"cannot read {path}: {error.strerror or error}") from error
+        raise ConfigError(
+            name, f"cannot read the link password file {path} ({name}): {error.strerror or error}"
+        ) from error
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ConfigError(
             name,
