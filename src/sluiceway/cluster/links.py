@@ -100,16 +100,22 @@ class Links:
         loop = asyncio.get_running_loop()
         next_peers = loop.time()
         while True:
-            if loop.time() >= next_peers:
-                await self._follow_peers()
-                next_peers = loop.time() + self.peers_interval
-            demand = read_demand(self.local)
-            self.budget.refresh({name: queue.room for name, queue in demand.queues.items()})
-            wanted = wanted_routes(demand, self.settings.flow_limit)
-            for link in self.links.values():
-                link.want(wanted)
-                link.wake()  # messages waiting for budget may go now
+            try:
+                if loop.time() >= next_peers:
+                    await self._follow_peers()
+                    next_peers = loop.time() + self.peers_interval
+                self._follow_demand()
+            except Exception:  # the links must survive a bug in one reading
+                log.exception("following the cluster's members and demand failed")
             await asyncio.sleep(self.demand_interval)
+
+    def _follow_demand(self) -> None:
+        demand = read_demand(self.local)
+        self.budget.refresh({name: queue.room for name, queue in demand.queues.items()})
+        wanted = wanted_routes(demand, self.settings.flow_limit)
+        for link in self.links.values():
+            link.want(wanted)
+            link.wake()  # messages waiting for budget may go now
 
     async def _follow_peers(self) -> None:
         try:

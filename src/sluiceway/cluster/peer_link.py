@@ -226,6 +226,9 @@ class PeerLink:
             except (OSError, TimeoutError, ClientError, BrokerError, ProtocolError) as exc:
                 self.failures += 1
                 log.warning("link to member %s lost, retrying in %.1f s: %s", self.peer, pause, exc)
+            except Exception:  # a bug must not end the link for good: it starts again
+                self.failures += 1
+                log.exception("link to member %s failed, retrying in %.1f s", self.peer, pause)
             finally:
                 await self._close()
             if not self._stopping:
