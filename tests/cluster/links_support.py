@@ -66,12 +66,13 @@ class Member:
         self.call(links.start)
         return links
 
-    def stop_links(self) -> None:
-        """Stop the links gracefully and wait until they are closed."""
+    def stop_links(self, grace: float | None = None) -> None:
+        """Stop the links (finishing what is on its way within `grace` seconds; 0: cut short,
+        as a crash would) and wait until they are closed."""
         links, self.links = self.links, None
         if links is None:
             return
-        task = self.call(lambda: asyncio.ensure_future(links.stop()))
+        task = self.call(lambda: asyncio.ensure_future(links.stop(grace)))
         wait_until(lambda: self.call(task.done), STOP_WAIT)
         self.call(task.result)
 

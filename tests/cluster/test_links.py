@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sluiceway.cluster.demand import link_client_id
 from sluiceway.cluster.peers import StaticPeers
 from sluiceway.testing import BrokerThread
 from tests.cluster.links_support import Member, cluster, received, undelivered
@@ -232,3 +233,38 @@ def test_a_member_that_restarts_is_linked_again_and_nothing_arrives_twice(
         wait_until(lambda: undelivered(restarted, QUEUE) == 0)
     finally:
         b.stop_links()
+
+
+def test_a_link_cut_short_loses_nothing_and_what_comes_back_is_flagged(
+    cluster: Cluster, stomp_clients: Clients
+) -> None:
+    a, b = cluster(2)
+    _, got_there = consumer_at(stomp_clients, b, a)
+    bodies = produce_at(stomp_clients, a, 3000, persistent="true")
+    got_there.wait_messages(50, DELIVERY_WAIT)
+    b.stop_links(grace=0)  # mid-flow, as if the member crashed
+    wait_until(lambda: links_at(a, b) == 0)
+    home = a.destination(QUEUE)
+    assert home is not None
+    returned = a.call(lambda: home.stats.redelivered)  # given back by the closed link
+    here, got_here = stomp_clients(a.broker.port)
+    subscribe(here, got_here, QUEUE, "s", ack="auto")
+
+    def everywhere() -> set[str]:  # (the batch cut short may still reach the consumer there)
+        return set(bodies_of(got_there)) | set(bodies_of(got_here))
+
+    wait_until(lambda: everywhere() == set(bodies), DELIVERY_WAIT)
+    seen_there = set(bodies_of(got_there))
+    assert all(count == 1 for count in Counter(bodies_of(got_here)).values())
+    flagged = [f.body for f in got_here.messages if f.headers["redelivered"] == "true"]
+    assert len(flagged) == returned
+    # What crossed and comes back at its home was delivered there before: always flagged.
+    assert set(flagged) >= {f.body for f in got_here.messages if f.body in seen_there}
+
+
+def links_at(member: Member, of: Member) -> int:
+    """The connections of the links of `of` that `member` holds."""
+    core = member.broker.broker
+    assert core is not None
+    client_id = link_client_id(of.broker_id)
+    return member.call(lambda: sum(c.client_id == client_id for c in core.connections.values()))

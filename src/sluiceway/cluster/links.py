@@ -83,14 +83,16 @@ class Links:
         """Start following the members and the demand (on the broker's event loop)."""
         self._task = asyncio.create_task(self._watch(), name="sluiceway-links")
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop every link: each finishes the batch on its way within `grace` seconds (default:
+        the links' timeout), then closes; the members get back what the links still held."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         for link in list(self.links.values()):
-            await link.stop()
+            await link.stop(grace)
         self.links.clear()
         close = getattr(self.peers, "close", None)
         if close is not None:
