@@ -12,9 +12,15 @@ import pytest
 
 from sluiceway.cluster.demand import Demand, QueueDemand, link_client_id, read_demand
 from sluiceway.cluster.forwarding import LINK_SELECTOR, Seen, forwarded
-from sluiceway.cluster.links import loopback_if_any, read_link_password, wanted_routes
+from sluiceway.cluster.links import (
+    cluster_links,
+    loopback_if_any,
+    read_link_password,
+    wanted_routes,
+)
 from sluiceway.cluster.peer_link import Budget
 from sluiceway.cluster.peers import Peer, PeerAddressError, StaticPeers
+from sluiceway.config import build_config
 from sluiceway.core.values.selector import compile_selector
 from sluiceway.errors import ConfigError
 from sluiceway.naming import parse_destination
@@ -228,3 +234,20 @@ def test_links_log_in_where_logins_are_required(
         assert bodies_of(got) == bodies
     finally:
         b.stop_links()
+
+
+def test_a_member_without_a_plain_stomp_listener_is_refused() -> None:
+    config = build_config(
+        {
+            "imq.cluster.ha": "true",
+            "imq.persist.store": "jdbc",
+            "imq.persist.jdbc.postgresql.property.url": "postgresql://127.0.0.1/sluiceway",
+            "imq.brokerid": "b",
+        }
+    )
+    with pytest.raises(ConfigError, match=r"needs the plain STOMP listener"):
+        cluster_links(Demandless(), config, None)
+
+
+class Demandless:
+    connections: dict[int, Any] = {}  # noqa: RUF012  (never changed)

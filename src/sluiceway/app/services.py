@@ -111,8 +111,8 @@ class Services:
         if config.metrics_enabled and config.metrics_retention_h and config.persist_store == "file":
             self.history = HistoryWriter(self, Path(config.data_directory) / "metrics")
             self.every_tick(self.history.tick)
-        if config.cluster_ha and self.stomp is not None:  # links publish to the plain listener
-            self.links = cluster_links(self.broker, config, self.stomp.address)
+        if config.cluster_ha:
+            self.links = cluster_links(self.broker, config, self.addresses().get("stomp"))
             self.links.start()
         if self.gate is not None:  # deleted users and revoked rights reach open connections
             watcher = AccessWatcher(self.gate, lambda: open_sessions(self.listeners))

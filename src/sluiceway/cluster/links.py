@@ -147,9 +147,19 @@ class Links:
                 link.start()
 
 
-def cluster_links(local: LocalConsumers, config: ClusterConfig, stomp: tuple[str, int]) -> Links:
+def cluster_links(
+    local: LocalConsumers, config: ClusterConfig, stomp: tuple[str, int] | None
+) -> Links:
     """The links of a broker of an enhanced cluster (`imq.cluster.ha`): members read from the
-    shared database, the broker's own STOMP listener at `stomp` to publish to."""
+    shared database, the broker's own plain STOMP listener at `stomp` to publish to (None: it
+    has none, which a member cannot do without)."""
+    if stomp is None:
+        raise ConfigError(
+            "imq.stomp.tcp.port",
+            "imq.cluster.ha=true needs the plain STOMP listener (imq.stomp.tcp.port is -1): the "
+            "links that bring other members' messages to this broker's consumers publish "
+            "through it",
+        )
     host, port = stomp
     password = None
     if config.link_password_file:

@@ -347,8 +347,10 @@ class PeerLink:
         """Publish `batch` here, in order, then acknowledge it upstream."""
         fresh: list[tuple[Route, Frame]] = []
         for route, frame in batch:
-            origin_id = frame.headers.get("message-id", "")
-            if frame.headers.get("redelivered") == "true" and origin_id in self.seen:
+            # Ids are unique for good (a broker run's own prefix): one seen before is a
+            # redelivery, whether or not its home could still tell (a home that crashed may
+            # not have recorded the first delivery).
+            if frame.headers.get("message-id", "") in self.seen:
                 self.duplicates += 1
                 self._settle(upstream, route, frame, "ACK")
             else:
