@@ -156,6 +156,28 @@ def test_a_topic_reaches_every_subscriber_on_every_member_once(
         assert len(recorder.messages) == 120
 
 
+def test_a_durable_subscription_gets_what_another_member_published_while_it_was_away(
+    cluster: Cluster, stomp_clients: Clients
+) -> None:
+    a, b = cluster(2)
+    durable = {"durable_subscription_name": "audit"}
+    away, got_before = stomp_clients(b.broker.port, **{"client-id": "auditor"})
+    subscribe(away, got_before, TOPIC, "s", ack="auto", **durable)
+    b.wait_routes("a", {TOPIC})
+    away.disconnect()
+    producer, sent = stomp_clients(a.broker.port)
+    bodies = [f"t{i}" for i in range(30)]
+    send_all(producer, sent, bodies, TOPIC)
+    # Nobody is attached on b, yet the subscription there keeps the topic coming.
+    wait_until(lambda: received(b, TOPIC) == len(bodies), DELIVERY_WAIT)
+    assert b.routes("a") == {TOPIC}
+
+    back, got = stomp_clients(b.broker.port, **{"client-id": "auditor"})
+    subscribe(back, got, TOPIC, "s", ack="auto", **durable)
+    got.wait_messages(len(bodies), DELIVERY_WAIT)
+    assert bodies_of(got) == bodies
+
+
 def test_a_slow_consumer_holds_what_crosses_to_its_window_and_the_link_window(
     cluster: Cluster, stomp_clients: Clients
 ) -> None:

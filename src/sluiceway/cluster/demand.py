@@ -3,7 +3,9 @@
 For each queue: how many local consumers it has, how many more messages they may be given now
 (the free credit of their consumer flow windows, `imqConsumerFlowLimit` / `consumerFlowLimit`,
 core.values.flow) and how many messages wait in the queue already (its backlog). For each topic:
-whether a local subscriber exists (non-durable, or a durable one with its subscriber attached).
+whether a local subscriber exists, or a durable subscription, attached or not: a durable
+subscription keeps what is published while its subscriber is away, so the topic's messages
+must keep reaching this broker for it.
 
 The links' own connections are never demand: a member's link is a consumer here only to carry
 messages to that member, and counting it would make this broker ask for what it is about to
@@ -26,7 +28,7 @@ from sluiceway.core.connection import CoreConnection
 from sluiceway.core.model.browsing import BrowserSubscription, TopicBrowserSubscription
 from sluiceway.core.model.queue import QueueSubscription
 from sluiceway.core.model.subscription import Subscription
-from sluiceway.core.model.topic import DurableSubscription, TopicSubscription
+from sluiceway.core.model.topic import DurableSubscription, Topic, TopicSubscription
 from sluiceway.core.values.flow import UNLIMITED_STAGING
 from sluiceway.naming import DestinationName
 
@@ -44,10 +46,14 @@ def is_link(connection: CoreConnection) -> bool:
 
 
 class LocalConsumers(Protocol):
-    """The part of the core the demand is read from: the open connections (core.broker)."""
+    """The part of the core the demand is read from (core.broker): the open connections, and
+    the durable subscriptions by client id and name, with the topic of each."""
 
     @property
     def connections(self) -> Mapping[int, CoreConnection]: ...
+
+    @property
+    def durables(self) -> Mapping[tuple[str, str], Topic]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +110,9 @@ def read_demand(local: LocalConsumers) -> Demand:
                 consumers[name] = consumers.get(name, 0) + 1
                 free[name] = free.get(name, 0) + free_credit(subscription)
                 backlog[name] = destination.pending_count
+    for (client_id, _), topic in local.durables.items():
+        if not client_id.startswith(LINK_CLIENT_PREFIX):
+            topics.add(topic.name)
     queues = {
         name: QueueDemand(count, free[name], backlog[name]) for name, count in consumers.items()
     }
