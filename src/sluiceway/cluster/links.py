@@ -13,9 +13,10 @@ every link what to carry:
 
 - a queue whose local consumers have room (free window credit beyond the queue's own backlog),
   with a window of min(imq.cluster.consumerFlowLimit, that room) messages; a queue whose
-  consumers have no room is let go, so a slow consumer here holds at most its own window plus
-  the link's;
-- every topic with a local subscriber, with a window of imq.cluster.consumerFlowLimit.
+  consumers have no room is let go. The room is also the budget all links share until the next
+  reading (peer_link.Budget): what crosses for a slow consumer stays within about its window;
+- every topic with a local subscriber or durable subscription, with a window of
+  imq.cluster.consumerFlowLimit.
 
 Every imq.cluster.monitor.interval it asks `Peers` who the members are (a database query, on a
 thread of the default executor) and starts or stops links to match.

@@ -9,7 +9,9 @@ cluster.links), it subscribes upstream with `ack:client-individual`, the selecto
 of at most `imq.cluster.consumerFlowLimit` messages. One task, the pump, does everything in
 order: it subscribes and unsubscribes between batches, publishes each batch of received
 messages here as SENDs (the last with a receipt), and acknowledges them upstream once that
-RECEIPT came.
+RECEIPT came. A queue's messages are published only while the room its local consumers have
+lasts (Budget, shared by the links of this broker); the rest wait in the link, unacknowledged,
+which holds the home broker at the window.
 
 Why this order holds across failures: this broker writes a RECEIPT after the SENDs before it
 were accepted, and, for persistent messages, after its store synced them (session). So an ACK
