@@ -20,7 +20,9 @@ from tests.e2e.support import WAIT, wait_until
 
 T = TypeVar("T")
 
-STOP_WAIT = 10.0  # seconds for a member's links to finish what is on its way and close
+# Seconds for a member's links to finish what is on its way and close: more than the links'
+# own timeout (LinkSettings.timeout), after which a link held by a full destination is cut.
+STOP_WAIT = 15.0
 DEMAND_INTERVAL = 0.05  # the tests read demand more often than a broker does: fewer idle turns
 
 

@@ -200,6 +200,35 @@ def test_a_slow_consumer_holds_what_crosses_to_its_window_and_the_link_window(
     wait_until(lambda: undelivered(a, QUEUE) == 0)
 
 
+def test_a_full_destination_on_the_consuming_member_holds_the_link_and_its_home(
+    make_broker: Callable[..., BrokerThread], stomp_clients: Clients
+) -> None:
+    limit, link_window = 10, 30
+    full = {
+        "imq.destination.queue.orders.maxNumMsgs": str(limit),
+        "imq.destination.queue.orders.limitBehavior": "FLOW_CONTROL",
+    }
+    a = Member("a", make_broker())
+    b = Member("b", make_broker(full))
+    try:
+        b.link_to(StaticPeers([a.peer]), flow_limit=link_window)
+        consumer, got = consumer_at(stomp_clients, b, a, "client-individual")
+        bodies = produce_at(stomp_clients, a, 200, persistent="true")
+
+        got.wait_messages(limit, DELIVERY_WAIT)
+        # b takes `limit` and holds the link's next SEND, so the RECEIPT of the link's batch
+        # waits and the link acknowledges none of it: a sends it no more than its window.
+        rest = len(bodies) - link_window
+        wait_until(lambda: undelivered(a, QUEUE) <= rest, DELIVERY_WAIT)
+        assert received(b, QUEUE) == limit
+        assert undelivered(a, QUEUE) == rest
+
+        ack_each(consumer, got, len(bodies))  # consuming makes room, a window at a time
+        assert bodies_of(got) == bodies
+    finally:
+        b.stop_links()
+
+
 def test_stopping_the_forwarding_member_loses_nothing_and_brings_back_nothing_acked(
     make_broker: Callable[..., BrokerThread], stomp_clients: Clients, tmp_path: Any
 ) -> None:
