@@ -229,6 +229,32 @@ def test_a_full_destination_on_the_consuming_member_holds_the_link_and_its_home(
         b.stop_links()
 
 
+def test_messages_the_consuming_member_refuses_stay_at_home_and_cross_once(
+    make_broker: Callable[..., BrokerThread], stomp_clients: Clients
+) -> None:
+    limit = 5
+    rejecting = {
+        "imq.destination.queue.orders.maxNumMsgs": str(limit),
+        "imq.destination.queue.orders.limitBehavior": "REJECT_NEWEST",
+    }
+    a = Member("a", make_broker())
+    b = Member("b", make_broker(rejecting))
+    try:
+        links = b.link_to(StaticPeers([a.peer]))
+        consumer, got = consumer_at(stomp_clients, b, a, "client-individual")
+        bodies = produce_at(stomp_clients, a, 4 * limit, persistent="true")
+
+        got.wait_messages(limit, DELIVERY_WAIT)
+        # The next one is refused there: given back to a, which keeps the rest meanwhile.
+        wait_until(lambda: undelivered(a, QUEUE) == len(bodies) - limit, DELIVERY_WAIT)
+        assert b.call(lambda: links.links["a"].forwarded) == limit
+
+        ack_each(consumer, got, len(bodies))  # room again: the rest crosses, each once
+        assert Counter(bodies_of(got)) == Counter(bodies)
+    finally:
+        b.stop_links()
+
+
 def test_stopping_the_forwarding_member_loses_nothing_and_brings_back_nothing_acked(
     make_broker: Callable[..., BrokerThread], stomp_clients: Clients, tmp_path: Any
 ) -> None:

@@ -7,19 +7,18 @@ destination this broker's consumers want (cluster.demand; the wanted set comes f
 cluster.links), it subscribes upstream with `ack:client-individual`, the selector
 `sluiceway_via IS NULL` (cluster.forwarding: never a message that already crossed) and a window
 of at most `imq.cluster.consumerFlowLimit` messages. One task, the pump, does everything in
-order: it subscribes and unsubscribes between batches, publishes each batch of received
-messages here as SENDs (the last with a receipt), and acknowledges them upstream once that
-RECEIPT came. A queue's messages are published only while the room its local consumers have
-lasts (Budget, shared by the links of this broker); the rest wait in the link, unacknowledged,
-which holds the home broker at the window.
+order: it subscribes and unsubscribes between batches, publishes each batch of received messages
+here as SENDs, each asking for a RECEIPT, and acknowledges each upstream once its RECEIPT came
+(or gives it back, NACK, if this broker refused it). A queue's messages are published only
+while the room its local consumers have lasts (Budget, shared by the links of this broker); the
+rest wait in the link, unacknowledged, which holds the home broker at the window.
 
-Why this order holds across failures: this broker writes a RECEIPT after the SENDs before it
-were accepted, and, for persistent messages, after its store synced them (session). So an ACK
-upstream always follows a message safely stored here; if this broker dies before the ACK, the
-home broker gives the message again to whoever consumes there (flagged redelivered): at least
-once, never lost. A message the home broker redelivers to the link after the link had published
-it (the ACK was lost with the connection) is recognised by its id (forwarding.Seen) and only
-acknowledged.
+Why this order holds across failures: this broker writes a SEND's RECEIPT after accepting it
+and, for a persistent message, after its store synced it (session). So an ACK upstream always
+follows a message safely stored here; if this broker dies before the ACK, the home broker gives
+the message again to whoever consumes there (flagged redelivered): at least once, never lost. A
+message the home broker redelivers to the link after the link had published it (the ACK was
+lost with the connection) is recognised by its id (forwarding.Seen) and only acknowledged.
 
 Why the local publish goes through STOMP rather than the core directly: the SENDs meet this
 broker's producer flow control, limits and access rules like any producer's. A full local
@@ -59,8 +58,8 @@ LINK_RETRY_MIN_S: Final = 0.2  # first wait before a lost link connects again
 LINK_RETRY_MAX_S: Final = 5.0  # the back-off doubles up to this
 REFUSED_PAUSE_S: Final = 2.0  # a destination that refused a forwarded message rests this long
 IDLE_CHECK_S: Final = 0.5  # an idle pump looks at its connections at least this often
-# Messages published per RECEIPT: a batch is what arrived while the previous one was stored,
-# so this bounds only the largest (one window of every destination could arrive at once).
+# Messages published at once: a batch is what arrived while the previous one was stored, so
+# this bounds only the largest (one window of every destination could arrive at once).
 MAX_BATCH: Final = 1000
 
 
@@ -338,6 +337,8 @@ class PeerLink:
         await upstream.request(frame, self.settings.timeout)
 
     def _rest(self, name: DestinationName, why: str) -> None:
+        if name in self._resting:
+            return  # told once per rest
         log.warning(
             "link to member %s leaves %s for %.0f s: %s", self.peer, name, REFUSED_PAUSE_S, why
         )
@@ -360,27 +361,36 @@ class PeerLink:
         if not fresh:
             return
         origin = self.peer.broker_id
-        *first, last = fresh
-        for _, frame in first:
-            await local.send(forwarded(frame, origin))
-        refused: BrokerError | None = None
-        try:
-            # The broker answers in order: this RECEIPT means every SEND before it is in too.
-            await local.request(forwarded(last[1], origin), None)
-        except BrokerError as exc:  # the last one was refused; the connection stays open
-            refused = exc
-        accepted = first if refused is not None else fresh
+        # Every SEND asks for its own RECEIPT, so a refusal (a failed receipt: the connection
+        # stays) names the one message it refuses. The requests start in order, and each
+        # writes its SEND before it first waits, so the SENDs go out in arrival order.
+        outcomes = await asyncio.gather(
+            *(local.request(forwarded(frame, origin), None) for _, frame in fresh),
+            return_exceptions=True,
+        )
+        accepted = [
+            item for item, outcome in zip(fresh, outcomes, strict=True) if not _failed(outcome)
+        ]
         for _, frame in accepted:  # all of them first: an ACK below may find the link gone
             self.seen.add(frame.headers.get("message-id", ""))
         for route, frame in accepted:
             self._settle(upstream, route, frame, "ACK")
         self.forwarded += len(accepted)
-        if refused is not None:
-            route, frame = last
-            self._settle(upstream, route, frame, "NACK")  # its home broker keeps it
-            self._rest(route.name, f"this broker refused a forwarded message: {refused}")
+        lost: BaseException | None = None
+        for (route, frame), outcome in zip(fresh, outcomes, strict=True):
+            if isinstance(outcome, BrokerError):  # refused here: its home broker keeps it
+                self._settle(upstream, route, frame, "NACK")
+                self._rest(route.name, f"this broker refused a forwarded message: {outcome}")
+            elif isinstance(outcome, BaseException):
+                lost = outcome  # not known to be here: left unacknowledged, its home resends
+        if lost is not None:
+            raise LinkLost(f"the connection to this broker was lost: {lost}") from lost
 
     def _settle(self, upstream: Link, route: Route, frame: Frame, verb: str) -> None:
         route.unacked -= 1
         if not upstream.send_nowait(Frame(verb, {"id": frame.headers.get("ack", "")})):
             raise LinkLost(f"the connection to member {self.peer.broker_id} closed")
+
+
+def _failed(outcome: object) -> bool:
+    return isinstance(outcome, BaseException)
