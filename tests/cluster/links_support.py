@@ -112,11 +112,11 @@ def cluster(make_broker: Callable[..., BrokerThread]) -> Iterator[Callable[..., 
     members: list[Member] = []
 
     def make(
-        count: int, *, flow_limit: int = 1000, properties: dict[str, str] | None = None
+        count: int, *, flow_limit: int = 1000, properties: dict[str, dict[str, str]] | None = None
     ) -> list[Member]:
-        made = [
-            Member(chr(ord("a") + len(members) + i), make_broker(properties)) for i in range(count)
-        ]
+        """`properties`: broker properties by member id ("a", "b"...)."""
+        ids = [chr(ord("a") + len(members) + i) for i in range(count)]
+        made = [Member(i, make_broker((properties or {}).get(i))) for i in ids]
         members.extend(made)
         for member in made:
             others = [other.peer for other in made if other is not member]

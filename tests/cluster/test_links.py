@@ -200,59 +200,53 @@ def test_a_slow_consumer_holds_what_crosses_to_its_window_and_the_link_window(
     wait_until(lambda: undelivered(a, QUEUE) == 0)
 
 
+def limited(limit: int, behavior: str) -> dict[str, dict[str, str]]:
+    """Properties for member b: QUEUE holds at most `limit` messages there."""
+    return {
+        "b": {
+            "imq.destination.queue.orders.maxNumMsgs": str(limit),
+            "imq.destination.queue.orders.limitBehavior": behavior,
+        }
+    }
+
+
 def test_a_full_destination_on_the_consuming_member_holds_the_link_and_its_home(
-    make_broker: Callable[..., BrokerThread], stomp_clients: Clients
+    cluster: Cluster, stomp_clients: Clients
 ) -> None:
     limit, link_window = 10, 30
-    full = {
-        "imq.destination.queue.orders.maxNumMsgs": str(limit),
-        "imq.destination.queue.orders.limitBehavior": "FLOW_CONTROL",
-    }
-    a = Member("a", make_broker())
-    b = Member("b", make_broker(full))
-    try:
-        b.link_to(StaticPeers([a.peer]), flow_limit=link_window)
-        consumer, got = consumer_at(stomp_clients, b, a, "client-individual")
-        bodies = produce_at(stomp_clients, a, 200, persistent="true")
+    a, b = cluster(2, flow_limit=link_window, properties=limited(limit, "FLOW_CONTROL"))
+    consumer, got = consumer_at(stomp_clients, b, a, "client-individual")
+    bodies = produce_at(stomp_clients, a, 200, persistent="true")
 
-        got.wait_messages(limit, DELIVERY_WAIT)
-        # b takes `limit` and holds the link's next SEND, so the RECEIPT of the link's batch
-        # waits and the link acknowledges none of it: a sends it no more than its window.
-        rest = len(bodies) - link_window
-        wait_until(lambda: undelivered(a, QUEUE) <= rest, DELIVERY_WAIT)
-        assert received(b, QUEUE) == limit
-        assert undelivered(a, QUEUE) == rest
+    got.wait_messages(limit, DELIVERY_WAIT)
+    # b takes `limit` and holds the link's next SEND, so its RECEIPT and those behind it wait
+    # and the link acknowledges nothing more: a sends it no more than its window.
+    rest = len(bodies) - link_window
+    wait_until(lambda: undelivered(a, QUEUE) <= rest, DELIVERY_WAIT)
+    assert received(b, QUEUE) == limit
+    assert undelivered(a, QUEUE) == rest
 
-        ack_each(consumer, got, len(bodies))  # consuming makes room, a window at a time
-        assert bodies_of(got) == bodies
-    finally:
-        b.stop_links()
+    ack_each(consumer, got, len(bodies))  # consuming makes room, a window at a time
+    assert bodies_of(got) == bodies
 
 
 def test_messages_the_consuming_member_refuses_stay_at_home_and_cross_once(
-    make_broker: Callable[..., BrokerThread], stomp_clients: Clients
+    cluster: Cluster, stomp_clients: Clients
 ) -> None:
     limit = 5
-    rejecting = {
-        "imq.destination.queue.orders.maxNumMsgs": str(limit),
-        "imq.destination.queue.orders.limitBehavior": "REJECT_NEWEST",
-    }
-    a = Member("a", make_broker())
-    b = Member("b", make_broker(rejecting))
-    try:
-        links = b.link_to(StaticPeers([a.peer]))
-        consumer, got = consumer_at(stomp_clients, b, a, "client-individual")
-        bodies = produce_at(stomp_clients, a, 4 * limit, persistent="true")
+    a, b = cluster(2, properties=limited(limit, "REJECT_NEWEST"))
+    consumer, got = consumer_at(stomp_clients, b, a, "client-individual")
+    bodies = produce_at(stomp_clients, a, 4 * limit, persistent="true")
 
-        got.wait_messages(limit, DELIVERY_WAIT)
-        # The next one is refused there: given back to a, which keeps the rest meanwhile.
-        wait_until(lambda: undelivered(a, QUEUE) == len(bodies) - limit, DELIVERY_WAIT)
-        assert b.call(lambda: links.links["a"].forwarded) == limit
+    got.wait_messages(limit, DELIVERY_WAIT)
+    # The next one is refused there: given back to a, which keeps the rest meanwhile.
+    wait_until(lambda: undelivered(a, QUEUE) == len(bodies) - limit, DELIVERY_WAIT)
+    links = b.links
+    assert links is not None
+    assert b.call(lambda: links.links["a"].forwarded) == limit
 
-        ack_each(consumer, got, len(bodies))  # room again: the rest crosses, each once
-        assert Counter(bodies_of(got)) == Counter(bodies)
-    finally:
-        b.stop_links()
+    ack_each(consumer, got, len(bodies))  # room again: the rest crosses, each once
+    assert Counter(bodies_of(got)) == Counter(bodies)
 
 
 def test_stopping_the_forwarding_member_loses_nothing_and_brings_back_nothing_acked(
