@@ -28,6 +28,7 @@ from typing import Final, Protocol
 from sluiceway.admin.history import HistoryWriter
 from sluiceway.admin.http import AdminServer
 from sluiceway.admin.metrics import MetricsSampler
+from sluiceway.cluster.links import Links, cluster_links
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.errors import ConfigError
@@ -85,6 +86,7 @@ class Services:
         self.history: HistoryWriter | None = None
         self._tick: asyncio.TimerHandle | None = None
         self._on_tick: list[Callable[[], None]] = []  # extra periodic work (metrics history)
+        self.links: Links | None = None  # to the other members of a cluster (cluster.links)
 
     async def start(self) -> None:
         config = self.config
@@ -109,6 +111,9 @@ class Services:
         if config.metrics_enabled and config.metrics_retention_h and config.persist_store == "file":
             self.history = HistoryWriter(self, Path(config.data_directory) / "metrics")
             self.every_tick(self.history.tick)
+        if config.cluster_ha:
+            self.links = cluster_links(self.broker, config, self.addresses().get("stomp"))
+            self.links.start()
         if self.gate is not None:  # deleted users and revoked rights reach open connections
             watcher = AccessWatcher(self.gate, lambda: open_sessions(self.listeners))
             self.every_tick(watcher.tick)
@@ -178,6 +183,8 @@ class Services:
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None
+        if self.links is not None:  # first: what crosses now is finished while STOMP still runs
+            await self.links.stop()
         if self.admin is not None:
             await self.admin.stop()
         if self.history is not None:

@@ -155,6 +155,22 @@ class ClusterConfig(ServiceConfig):
         "before they acknowledge some (the window of a link between brokers).",
     )
 
+    link_username: str = prop(
+        "imq.cluster.link.username",
+        lambda text: text.strip(),
+        "",
+        "The user the links between members log in as, at the other members and at this "
+        "broker, when imq.authentication.enabled is true: it must be allowed to consume from and "
+        "produce to every destination that crosses brokers. Empty: links log in without a user.",
+    )
+    link_password_file: str = prop(
+        "imq.cluster.link.password.file",
+        parse_optional_path,
+        "",
+        "A file holding the password of imq.cluster.link.username on its first line (readable "
+        "by the broker only: it refuses a file others may read).",
+    )
+
     @property
     def lease_seconds(self) -> float:
         """How long a renewed lease lasts."""

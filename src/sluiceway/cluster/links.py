@@ -1,0 +1,213 @@
+"""The links from this broker to every other member of its cluster: which members, and which
+destinations each link carries.
+
+A producer on any member reaches consumers on any member. A message stays on the broker it was
+published to (its home) until a consumer there takes it, or a link from a member that has
+consumers for it takes it away: that member's link subscribes at the home broker and publishes
+what it receives to its own broker (cluster.peer_link). So a broker pulls: it learns of new
+messages at a member through its link's subscription there, which the member feeds as it feeds
+any consumer.
+
+Every DEMAND_INTERVAL_S this broker reads its own consumers' demand (cluster.demand) and tells
+every link what to carry:
+
+- a queue whose local consumers have room (free window credit beyond the queue's own backlog),
+  with a window of min(imq.cluster.consumerFlowLimit, that room) messages; a queue whose
+  consumers have no room is let go. The room is also the budget all links share until the next
+  reading (peer_link.Budget): what crosses for a slow consumer stays within about its window;
+- every topic with a local subscriber or durable subscription, with a window of
+  imq.cluster.consumerFlowLimit.
+
+Every imq.cluster.monitor.interval it asks `Peers` who the members are (a database query, on a
+thread of the default executor) and starts or stops links to match.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import stat
+from pathlib import Path
+from typing import Final
+
+from sluiceway.cluster.demand import Demand, LocalConsumers, read_demand
+from sluiceway.cluster.forwarding import Seen
+from sluiceway.cluster.peer_link import Budget, LinkSettings, PeerLink
+from sluiceway.cluster.peers import DatabasePeers, Peer, Peers
+from sluiceway.config.cluster import ClusterConfig
+from sluiceway.errors import ConfigError, SluicewayError
+from sluiceway.naming import DestinationName
+from sluiceway.persist.database import Database
+
+log = logging.getLogger(__name__)
+
+DEMAND_INTERVAL_S: Final = 0.25  # how often the local demand is read and handed to the links
+
+
+def wanted_routes(demand: Demand, flow_limit: int) -> dict[DestinationName, int]:
+    """The destinations every link should carry for `demand`, each with its window."""
+    wanted = {
+        name: min(flow_limit, queue.room) for name, queue in demand.queues.items() if queue.room > 0
+    }
+    for name in demand.topics:
+        wanted[name] = flow_limit
+    return wanted
+
+
+class Links:
+    """This broker's links, kept to the members `peers` names and to the local demand."""
+
+    def __init__(
+        self,
+        local: LocalConsumers,
+        peers: Peers,
+        settings: LinkSettings,
+        *,
+        peers_interval: float,
+        demand_interval: float = DEMAND_INTERVAL_S,
+    ) -> None:
+        self.local = local
+        self.peers = peers
+        self.settings = settings
+        self.peers_interval = peers_interval
+        self.demand_interval = demand_interval
+        self.links: dict[str, PeerLink] = {}  # by the member's broker id
+        # What each member's link published here, kept while the member's link is made again.
+        self.seen: dict[str, Seen] = {}
+        self.budget = Budget()  # what the links may publish here until the next reading
+        self._task: asyncio.Task[None] | None = None
+        self._peers_failing = False  # told once per outage of the members' source
+
+    def start(self) -> None:
+        """Start following the members and the demand (on the broker's event loop)."""
+        self._task = asyncio.create_task(self._watch(), name="sluiceway-links")
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop every link: each finishes the batch on its way within `grace` seconds (default:
+        the links' timeout), then closes; the members get back what the links still held."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for link in list(self.links.values()):
+            await link.stop(grace)
+        self.links.clear()
+        close = getattr(self.peers, "close", None)
+        if close is not None:
+            await asyncio.to_thread(close)
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_peers = loop.time()
+        while True:
+            try:
+                if loop.time() >= next_peers:
+                    await self._follow_peers()
+                    next_peers = loop.time() + self.peers_interval
+                self._follow_demand()
+            except Exception:  # the links must survive a bug in one reading
+                log.exception("following the cluster's members and demand failed")
+            await asyncio.sleep(self.demand_interval)
+
+    def _follow_demand(self) -> None:
+        demand = read_demand(self.local)
+        self.budget.refresh({name: queue.room for name, queue in demand.queues.items()})
+        wanted = wanted_routes(demand, self.settings.flow_limit)
+        for link in self.links.values():
+            link.want(wanted)
+            link.wake()  # messages waiting for budget may go now
+
+    async def _follow_peers(self) -> None:
+        try:
+            peers = await asyncio.to_thread(self.peers.current)
+        except SluicewayError as exc:  # keep the links there are until the members can be read
+            if not self._peers_failing:
+                log.warning("cannot read the cluster's members, links kept as they are: %s", exc)
+            self._peers_failing = True
+            return
+        self._peers_failing = False
+        await self.follow(peers)
+
+    async def follow(self, peers: list[Peer]) -> None:
+        """Link to exactly `peers`: new members get a link, gone ones lose theirs, a member
+        that moved gets a new one."""
+        current = {peer.broker_id: peer for peer in peers}
+        for broker_id, link in list(self.links.items()):
+            if current.get(broker_id) != link.peer:
+                del self.links[broker_id]
+                log.info("unlinking from member %s", link.peer)
+                await link.stop()
+        for broker_id, peer in current.items():
+            if broker_id not in self.links and broker_id != self.settings.broker_id:
+                seen = self.seen.setdefault(broker_id, Seen())
+                link = PeerLink(peer, self.settings, seen, self.budget)
+                self.links[broker_id] = link
+                link.start()
+
+
+def cluster_links(
+    local: LocalConsumers, config: ClusterConfig, stomp: tuple[str, int] | None
+) -> Links:
+    """The links of a broker of an enhanced cluster (`imq.cluster.ha`): members read from the
+    shared database, the broker's own plain STOMP listener at `stomp` to publish to (None: it
+    has none, which a member cannot do without)."""
+    if stomp is None:
+        raise ConfigError(
+            "imq.stomp.tcp.port",
+            "imq.cluster.ha=true needs the plain STOMP listener (imq.stomp.tcp.port is -1): the "
+            "links that bring other members' messages to this broker's consumers publish "
+            "through it",
+        )
+    host, port = stomp
+    password = None
+    if config.link_password_file:
+        password = read_link_password(config.link_password_file)
+    settings = LinkSettings(
+        broker_id=config.broker_id,
+        local_host=loopback_if_any(host),
+        local_port=port,
+        flow_limit=config.cluster_flow_limit,
+        username=config.link_username or None,
+        password=password,
+        timeout=max(config.jdbc_connect_timeout, config.lease_seconds),
+        heartbeat_s=config.heartbeat_interval,
+    )
+    database = Database.from_config(
+        config.jdbc_url,
+        config.jdbc_user,
+        config.jdbc_password_file,
+        config.jdbc_connect_timeout,
+    )
+    peers = DatabasePeers(database, config.cluster_id, config.broker_id)
+    return Links(local, peers, settings, peers_interval=config.monitor_interval)
+
+
+def read_link_password(path: str) -> str:
+    """The first line of the link password file; refused when others may read it."""
+    name = "imq.cluster.link.password.file"
+    try:
+        mode = Path(path).stat().st_mode
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise ConfigError(
+            name, f"cannot read the link password file {path} ({name}): {error.strerror or error}"
+        ) from error
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            name,
+            f"{path} may be read by others (mode {stat.S_IMODE(mode):o}): make it readable by "
+            f"the broker's user only (chmod 600 {path})",
+        )
+    return lines[0] if lines else ""
+
+
+def loopback_if_any(host: str) -> str:
+    """`host` to connect to: a listener on every address (0.0.0.0, ::) is reached over loopback."""
+    try:
+        unspecified = not host or ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a name
+        return host
+    return "127.0.0.1" if unspecified else host

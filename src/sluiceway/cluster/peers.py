@@ -1,0 +1,134 @@
+"""The other members of the cluster a broker links to: who they are and where their STOMP
+listener is.
+
+The membership records every member in `sluiceway_broker`, with the address its STOMP listener
+serves on; the links read the operating members from there (`DatabasePeers`) every monitor
+interval (`imq.cluster.monitor.interval`). A test, or a cluster of fixed members, gives the list
+itself (`StaticPeers`). Reading the database blocks, so the links call `current` on a thread of
+the default executor, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from sluiceway.persist.database import Database, DatabaseError
+
+log = logging.getLogger(__name__)
+
+OPERATING: Final = "OPERATING"  # the state of a member that serves (sluiceway_broker.state)
+
+_OPERATING_PEERS: Final = (
+    "SELECT broker_id, stomp_address FROM sluiceway_broker "
+    "WHERE cluster_id = %s AND state = %s AND broker_id <> %s ORDER BY broker_id"
+)
+
+
+class PeerAddressError(ValueError):
+    """A member's STOMP address that is not host:port."""
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Another member: its broker id (`imq.brokerid`) and its STOMP listener."""
+
+    broker_id: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, broker_id: str, address: str) -> Peer:
+        """A member from its row: `address` is host:port ([host]:port for IPv6)."""
+        host, separator, port = address.strip().rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not separator or not host or not port.isascii() or not port.isdigit():
+            raise PeerAddressError(
+                f"member {broker_id} gives its STOMP address as {address!r}: expected host:port"
+            )
+        number = int(port)
+        if not 0 < number < 65536:
+            raise PeerAddressError(
+                f"member {broker_id} gives its STOMP address as {address!r}: the port must be "
+                "from 1 to 65535"
+            )
+        return cls(broker_id, host, number)
+
+    def __str__(self) -> str:
+        return f"{self.broker_id} ({self.host}:{self.port})"
+
+
+class Peers(Protocol):
+    """Where the links learn of the other members. `current` may block (a database query): the
+    links call it off the event loop."""
+
+    def current(self) -> list[Peer]:
+        """The members to link to now, this broker left out."""
+        ...
+
+
+class StaticPeers:
+    """A fixed list of members (tests, and clusters whose members never change)."""
+
+    def __init__(self, peers: Iterable[Peer]) -> None:
+        self.peers = list(peers)
+
+    def current(self) -> list[Peer]:
+        return list(self.peers)
+
+
+class DatabasePeers:
+    """The operating members of `cluster_id` as the shared database records them.
+
+    One connection is kept open between reads (a read every monitor interval would otherwise
+    open one each time) and opened again after a failure. A member whose address cannot be read
+    is left out, with a warning, rather than taking the others with it.
+    """
+
+    def __init__(self, database: Database, cluster_id: str, broker_id: str) -> None:
+        self.database = database
+        self.cluster_id = cluster_id
+        self.broker_id = broker_id
+        self._connection: object | None = None
+        self._bad: set[tuple[str, str]] = set()  # rows warned about, so each is told once
+
+    def current(self) -> list[Peer]:
+        """The members; raises DatabaseError when the database cannot be read."""
+        import psycopg  # noqa: PLC0415  (late: the driver is the cluster extra's)
+
+        try:
+            rows = self._read()
+        except psycopg.Error as error:
+            self.close()
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise DatabaseError(
+                f"cannot read the members of cluster {self.cluster_id!r} from the database "
+                f"{self.database.shown}: {reason}"
+            ) from error
+        peers = []
+        for broker_id, address in rows:
+            try:
+                peers.append(Peer.parse(broker_id, address))
+            except PeerAddressError as error:
+                if (broker_id, address) not in self._bad:
+                    self._bad.add((broker_id, address))
+                    log.warning("not linking to a member: %s", error)
+        return peers
+
+    def _read(self) -> list[tuple[str, str]]:
+        import psycopg  # noqa: PLC0415  (late: the driver is the cluster extra's)
+
+        connection = self._connection
+        if not isinstance(connection, psycopg.Connection) or connection.closed:
+            connection = self._connection = self.database.connect(autocommit=True)
+        with connection.cursor() as cursor:
+            cursor.execute(_OPERATING_PEERS, (self.cluster_id, OPERATING, self.broker_id))
+            return [(str(row[0]), str(row[1])) for row in cursor.fetchall()]
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        close = getattr(connection, "close", None)
+        if close is not None:
+            close()
