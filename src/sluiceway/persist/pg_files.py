@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from sluiceway.core.model.store import StoreError
 from sluiceway.persist.database import Database, DatabaseError
 from sluiceway.persist.files import Data
 from sluiceway.persist.pg_rows import (
@@ -91,7 +92,7 @@ FREE_SPACE: Final = 1 << 50  # bytes: what free_space reports, free and in all (
 Fence = Callable[["Connection"], None]
 
 
-class Fenced(Exception):
+class Fenced(StoreError):
     """This broker no longer owns its store: raised by a `Fence`, the message says why (its
     lease ran out, another broker took it over)."""
 
