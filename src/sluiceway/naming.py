@@ -79,3 +79,9 @@ def parse_destination(path: str) -> DestinationName:
         f"destination {path!r} has an unknown prefix; use /queue/NAME for a queue "
         "or /topic/NAME for a topic"
     )
+
+
+# The client id prefix of the links between cluster members (cluster.demand): a connection whose
+# client id starts with it moves messages between members, so a queue weighs what it sends
+# against what this member holds, not the whole cluster's (the message leaves another member).
+CLUSTER_LINK_PREFIX: Final = "sluiceway.link."

@@ -23,9 +23,7 @@ LIMITED = {"imq.destination.queue.orders.maxNumMsgs": "10"}
 
 def counts_for(broker: BrokerThread, database: Database, broker_id: str) -> SharedCounts:
     assert broker.broker is not None
-    return SharedCounts(
-        database, "c1", broker_id, broker.broker.registry, broker.call, interval=0.2
-    )
+    return SharedCounts(database, "c1", broker_id, broker.broker, broker.call, interval=0.2)
 
 
 def send(port: int, count: int) -> tuple[Any, Any]:

@@ -30,9 +30,9 @@ from sluiceway.core.model.queue import QueueSubscription
 from sluiceway.core.model.subscription import Subscription
 from sluiceway.core.model.topic import DurableSubscription, Topic, TopicSubscription
 from sluiceway.core.values.flow import UNLIMITED_STAGING
-from sluiceway.naming import DestinationName
+from sluiceway.naming import CLUSTER_LINK_PREFIX, DestinationName
 
-LINK_CLIENT_PREFIX: Final = "sluiceway.link."
+LINK_CLIENT_PREFIX: Final = CLUSTER_LINK_PREFIX
 
 
 def link_client_id(broker_id: str) -> str:

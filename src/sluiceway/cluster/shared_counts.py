@@ -10,6 +10,11 @@ limit by what the other members accept in that time; and a message on its way ov
 counted by both members for that moment. A failed member's report stands until its store is
 taken over (its messages are still in the cluster); its taker then reports them as its own.
 
+A message a member has delivered to another member's link is counted there (once stored), not
+here: the member it went to would otherwise count it twice (its own copy and this report), and
+could refuse or hold the link's SEND whose acknowledgement is what lowers this member's count.
+When the others' counts fall, held SENDs are looked at again (the core's RoomSignal).
+
 The database is reached on a thread of this object's own; the counts are read from, and written
 into, the broker on its event loop (`on_loop`).
 """
@@ -22,7 +27,10 @@ import threading
 from typing import TYPE_CHECKING, Final
 
 from sluiceway.cluster.adoption import OnLoop
-from sluiceway.core.model.queue import Queue
+from sluiceway.cluster.demand import LocalConsumers, is_link
+from sluiceway.core.broker import Broker
+from sluiceway.core.model.context import RoomSignal
+from sluiceway.core.model.queue import Queue, QueueSubscription
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.naming import DestinationKind, parse_destination
 from sluiceway.persist.database import Database, DatabaseError
@@ -53,20 +61,36 @@ _OTHERS: Final = """
 """
 
 
-def own_counts(registry: DestinationRegistry) -> Counts:
-    """What this broker's queues hold (those holding anything)."""
+def own_counts(local: LocalConsumers, registry: DestinationRegistry) -> Counts:
+    """What this broker's queues hold (those holding anything), less what they delivered to
+    other members' links (counted there)."""
     counts: Counts = {}
     for destination in registry:
         if isinstance(destination, Queue) and destination.held_count:
             counts[destination.name.path] = (destination.held_count, destination.held_bytes)
-    return counts
+    for connection in local.connections.values():
+        if not is_link(connection):
+            continue
+        for subscription in connection.subscriptions.values():
+            path = subscription.destination.name.path
+            if not isinstance(subscription, QueueSubscription) or path not in counts:
+                continue
+            gone = [*subscription.staged, *subscription.unacked.values()]
+            count, size = counts[path]
+            count -= len(gone)
+            size -= sum(message.size for message in gone)
+            counts[path] = (max(count, 0), max(size, 0))
+    return {path: held for path, held in counts.items() if held[0]}
 
 
-def apply_remote(registry: DestinationRegistry, others: Counts) -> None:
-    """Set every queue's count of what the other members hold for it."""
+def apply_remote(registry: DestinationRegistry, others: Counts, room: RoomSignal) -> None:
+    """Set every queue's count of what the other members hold for it; where it fell, held
+    SENDs may go on."""
     for destination in registry:
         if isinstance(destination, Queue):
             count, size = others.pop(destination.name.path, (0, 0))
+            if count < destination.remote_count or size < destination.remote_bytes:
+                room.raised = True
             destination.remote_count, destination.remote_bytes = count, size
     for path, (count, size) in others.items():
         # A queue other members hold messages for and this one has not seen yet: made, as a
@@ -113,14 +137,15 @@ class SharedCounts:
         database: Database,
         cluster_id: str,
         broker_id: str,
-        registry: DestinationRegistry,
+        broker: Broker,
         on_loop: OnLoop,
         *,
         interval: float,
     ) -> None:
         self._database = database
         self._cluster_id, self._broker_id = cluster_id, broker_id
-        self._registry = registry
+        self._broker = broker
+        self._registry = broker.registry
         self._on_loop = on_loop
         self._interval = interval
         self._stop = threading.Event()
@@ -153,10 +178,15 @@ class SharedCounts:
         _closed(connection)
 
     def round(self, connection: psycopg.Connection[tuple[object, ...]]) -> None:
-        own = self._on_loop(lambda: own_counts(self._registry))
+        broker = self._broker
+        own = self._on_loop(lambda: own_counts(broker, self._registry))
         others = exchange(connection, self._cluster_id, self._broker_id, own)
-        self._on_loop(lambda: apply_remote(self._registry, others))
+        self._on_loop(lambda: self._apply(others))
         self.rounds += 1
+
+    def _apply(self, others: Counts) -> None:
+        apply_remote(self._registry, others, self._broker.context.room)
+        self._broker.settle()  # held SENDs the lower counts let go are looked at now
 
 
 def _closed(

@@ -122,6 +122,7 @@ class CoreConnection(Producer):
         self._on_ready = on_ready
         self.outstanding = 0  # messages given to this connection's subscriptions, not consumed
         self.client_id: str | None = None  # from CONNECT; names durable subscriptions
+        self.moves = False  # a cluster link's connection (Producer.moves)
         self.user: str | None = None  # the authenticated login, if authentication is on
         self.opened = self.clock.time_ms()
         self.writable = True

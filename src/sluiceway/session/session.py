@@ -37,6 +37,7 @@ from sluiceway.errors import (
     InternalError,
     RemoteProtocolError,
 )
+from sluiceway.naming import CLUSTER_LINK_PREFIX
 from sluiceway.protocol.codec import FrameDecoder
 from sluiceway.protocol.frames import (
     AckRun,
@@ -408,7 +409,8 @@ class StompSession:
         flow = h.connection_flow(frame)
         self.failed_receipts = h.boolean(frame, "failed-receipts", False)
         self.core = self.broker.open_connection(flow=flow, on_ready=self._on_ready)
-        self.core.client_id = frame.headers.get("client-id") or None
+        self.core.client_id = client_id = frame.headers.get("client-id") or None
+        self.core.moves = client_id is not None and client_id.startswith(CLUSTER_LINK_PREFIX)
         self.core.user = principal.user if principal is not None else None
         self.version, self.heartbeat, self.flow = version, heartbeat, flow
         self._decoder.version = version

@@ -63,6 +63,10 @@ class Producer(Outlet):
     produced_to: set[Destination]  # the destinations it is a producer of
     credit: int  # SENDs before the broker measures its memory level again
     credit_bytes: int
+    # Its messages move from another cluster member (a link, naming.CLUSTER_LINK_PREFIX): a
+    # queue weighs them against what this member holds only, not the cluster's count, which
+    # still has them at the member they leave.
+    moves: bool
 
 
 class ProducerControl:
@@ -124,7 +128,9 @@ class ProducerControl:
             return self._hold(
                 connection, destination, message, report, connection.held.head().reason, into=into
             )
-        admission = self.admit(destination, message, journaled=into is not None)
+        admission = self.admit(
+            destination, message, journaled=into is not None, local=connection.moves
+        )
         if admission.verdict is Verdict.HOLD:
             assert admission.error is not None
             return self._hold(connection, destination, message, report, admission.error, into=into)
@@ -165,10 +171,16 @@ class ProducerControl:
         connection.credit_bytes = ledger.room_below_red // 4
 
     def admit(
-        self, destination: Destination, message: Message, *, journaled: bool = False
+        self,
+        destination: Destination,
+        message: Message,
+        *,
+        journaled: bool = False,
+        local: bool = False,
     ) -> Admission:
         """What happens to one more message for `destination` now. `journaled`: the message is
-        written to the journal even if it is not persistent (a staged one)."""
+        written to the journal even if it is not persistent (a staged one). `local`: weighed
+        against what this broker holds only (a message moving from another cluster member)."""
         if destination.paused_producers:
             return Admission(
                 Verdict.HOLD,
@@ -198,7 +210,7 @@ class ProducerControl:
         return destination_verdict(
             path,
             size,
-            destination.fullness(),
+            destination.local_fullness() if local else destination.fullness(),
             max_count=settings.max_num_msgs,
             max_bytes=settings.max_total_msg_bytes,
             behavior=settings.limit_behavior,
@@ -366,7 +378,10 @@ class ProducerControl:
                 while held and released < batch:
                     send = held.head()
                     admission = self.admit(
-                        send.destination, send.message, journaled=send.into is not None
+                        send.destination,
+                        send.message,
+                        journaled=send.into is not None,
+                        local=connection.moves,
                     )
                     if admission.verdict is Verdict.HOLD:
                         assert admission.error is not None

@@ -200,6 +200,11 @@ class Destination:
         """Messages and bytes measured against maxNumMsgs / maxTotalMsgBytes."""
         raise NotImplementedError
 
+    def local_fullness(self) -> Fullness:
+        """As `fullness`, counting only what this broker holds (a queue's fullness counts the
+        other cluster members' messages too)."""
+        return self.fullness()
+
     def undelivered(self) -> int:
         """Messages not yet written to a consumer (for a topic: its slowest subscriber's
         backlog, the messages read from its publishers minus those sent to it)."""

@@ -77,6 +77,10 @@ class Queue(Destination):
             self.held_bytes + self.staged_bytes + self.remote_bytes,
         )
 
+    def local_fullness(self) -> Fullness:
+        """As `fullness`, without what other cluster members hold."""
+        return Fullness(self.held_count + self.staged_count, self.held_bytes + self.staged_bytes)
+
     def undelivered(self) -> int:
         return len(self.pending) + sum(len(c.staged) for c in self.consumers)
 
