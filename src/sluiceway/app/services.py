@@ -12,6 +12,13 @@ The tick (once a second) runs the core's periodic work (which also retries journ
 wait for a full disk, and measures its free space), feeds it the bytes waiting in write buffers
 (they count against the memory budget), reads again the clients it stopped reading while the
 disk could not take the journal's records, and samples the metrics.
+
+With imq.cluster.ha the broker is a cluster member (cluster.member): it joins before any
+listener is bound (a broker that may not join opens no port), records the listeners' addresses
+once they are bound, and hands its lease to every listener as their fence. When the lease is
+lost the broker stops serving: one ERROR line says why, `when_fenced` callbacks run (the
+command line then stops the broker and exits with a failure status), every client gets an
+ERROR saying so, and the tick does no more work.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import asyncio
 import ipaddress
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +36,7 @@ from typing import Final, Protocol
 from sluiceway.admin.history import HistoryWriter
 from sluiceway.admin.http import AdminServer
 from sluiceway.admin.metrics import MetricsSampler
+from sluiceway.cluster.member import ClusterMember
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.errors import ConfigError
@@ -74,9 +83,19 @@ class Services:
         self.broker = broker
         self.config: BrokerConfig = broker.config
         self.gate = Gate(self.config) if self.config.authentication else None
+        self.cluster = (
+            ClusterMember(self.config, messages=lambda: broker.context.system.count)
+            if self.config.cluster_ha
+            else None
+        )
+        self.fence = self.cluster.lease if self.cluster is not None else None
+        self.fenced: str | None = None  # why the cluster lease was lost; None while it holds
+        self._on_fenced: list[Callable[[], None]] = []
         # The plain STOMP listener; None when imq.stomp.tcp.port is -1.
         self.stomp = (
-            StompServer(broker, "stomp", self.gate) if self.config.stomp_port >= 0 else None
+            StompServer(broker, "stomp", self.gate, self.fence)
+            if self.config.stomp_port >= 0
+            else None
         )
         self.listeners: list[Listener] = [self.stomp] if self.stomp is not None else []
         self.admin: AdminServer | None = None
@@ -93,14 +112,37 @@ class Services:
         # The certificate is loaded before anything binds: a broker that cannot serve every
         # service it was asked for refuses to start, and leaves no port open behind it.
         tls = server_context(config) if needs_tls(config) else None
+        if self.cluster is not None:
+            loop = asyncio.get_running_loop()
+
+            def lost(reason: str) -> None:  # called from the cluster's threads too
+                loop.call_soon_threadsafe(self._lease_lost, reason)
+
+            self.cluster.lease.set_on_lost(lost)
+            await asyncio.to_thread(self.cluster.join)
+            try:
+                await self._start_services(tls)
+                addresses = self.addresses()
+                shown = {name: f"{host}:{port}" for name, (host, port) in addresses.items()}
+                stomp = next((shown[n] for n in ("stomp", "stomp-tls", "ws") if n in shown), "")
+                await asyncio.to_thread(self.cluster.start, stomp, shown.get("admin", ""))
+            except BaseException:
+                await asyncio.to_thread(self.cluster.stop)  # leaves: it never served
+                raise
+        else:
+            await self._start_services(tls)
+        self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._run_tick)
+
+    async def _start_services(self, tls: ssl.SSLContext | None) -> None:
+        config = self.config
         if self.stomp is not None:
             await self.stomp.start()
         if config.stomp_tls_port >= 0:
-            stomp_tls = StompServer(self.broker, "stomp-tls", self.gate)
+            stomp_tls = StompServer(self.broker, "stomp-tls", self.gate, self.fence)
             await stomp_tls.start(port=config.stomp_tls_port, tls=tls)
             self.listeners.append(stomp_tls)
         if config.ws_port >= 0:
-            ws = WebSocketServer(self.broker, "ws", self.gate)
+            ws = WebSocketServer(self.broker, "ws", self.gate, self.fence)
             await ws.start(tls=tls if config.ws_tls else None)
             self.listeners.append(ws)
         if config.admin_port >= 0:
@@ -112,12 +154,30 @@ class Services:
         if self.gate is not None:  # deleted users and revoked rights reach open connections
             watcher = AccessWatcher(self.gate, lambda: open_sessions(self.listeners))
             self.every_tick(watcher.tick)
-        self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._run_tick)
 
     def every_tick(self, work: Callable[[], None]) -> None:
         self._on_tick.append(work)
 
+    def when_fenced(self, callback: Callable[[], None]) -> None:
+        """Call `callback` on the event loop when the cluster lease is lost (at once when it
+        was lost already)."""
+        self._on_fenced.append(callback)
+        if self.fenced is not None:
+            callback()
+
+    def _lease_lost(self, reason: str) -> None:
+        if self.fenced is not None:
+            return
+        self.fenced = reason
+        log.error("stopping: this broker lost its cluster lease: %s", reason)
+        for callback in self._on_fenced:
+            callback()
+
     def _run_tick(self) -> None:
+        if self.fence is not None and not self.fence.holds():
+            # Fenced: nothing expires, is redelivered or sampled any more.
+            self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._run_tick)
+            return
         try:
             # The bytes waiting in write buffers count against the memory budget too.
             self.broker.ledger.external = sum(s.write_buffered for s in self.listeners)
@@ -187,6 +247,8 @@ class Services:
         if self.gate is not None:
             self.gate.close()  # the password checks' threads
         self.broker.close()
+        if self.cluster is not None:  # after the store's last writes: they need the lease
+            await asyncio.to_thread(self.cluster.stop)
 
 
 def is_loopback(host: str) -> bool:

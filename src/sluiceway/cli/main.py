@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sluiceway")
 
+# The exit status of a broker that stopped because it lost its cluster lease (a supervisor
+# restarts it; it rejoins with a new epoch). 1 is a broker that could not start.
+EXIT_FENCED = 3
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -104,27 +108,27 @@ def run_broker(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     try:
-        asyncio.run(serve(config))
+        return asyncio.run(serve(config))
     except (OSError, SluicewayError) as exc:
         log.error("cannot start: %s", exc)  # noqa: TRY400  (the cause says it; no traceback)
         return 1
-    return 0
 
 
-async def serve(config: BrokerConfig) -> None:
-    """Run until SIGTERM or SIGINT, then shut down cleanly."""
+async def serve(config: BrokerConfig) -> int:
+    """Run until SIGTERM or SIGINT, then shut down cleanly; or until the cluster lease is
+    lost (EXIT_FENCED). The exit status."""
     # Imported here, so that `sluiceway cmd` starts without loading the broker (a third of a
     # second, paid by every admin command otherwise).
     from sluiceway.app.storage import Storage  # noqa: PLC0415  (late: see above)
 
     storage = Storage(config)
     try:
-        await _serve(config, storage)
+        return await _serve(config, storage)
     finally:
         storage.close()
 
 
-async def _serve(config: BrokerConfig, storage: Storage) -> None:
+async def _serve(config: BrokerConfig, storage: Storage) -> int:
     from sluiceway.app.services import Services  # noqa: PLC0415  (late, as Storage)
 
     broker, _ = storage.open_broker()
@@ -135,6 +139,7 @@ async def _serve(config: BrokerConfig, storage: Storage) -> None:
     log.info("Sluiceway %s ready: %s", __version__, services.ready_line())
     log.log(logging.WARNING if BUILD.warn else logging.INFO, "per-message path: %s", BUILD.reason)
     stop = asyncio.Event()
+    services.when_fenced(stop.set)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
@@ -142,6 +147,7 @@ async def _serve(config: BrokerConfig, storage: Storage) -> None:
     log.info("shutting down: closing %d connections", services.connection_count)
     await services.stop()
     log.info("stopped")
+    return EXIT_FENCED if services.fenced is not None else 0
 
 
 if __name__ == "__main__":
