@@ -3,13 +3,12 @@ configuration, and reading a member's row straight from the database."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Final
 
 import psycopg
 
 from sluiceway.config import BrokerConfig, build_config
+from sluiceway.testing import BrokerProcess
 
 CLUSTER: Final = "c1"
 # Short timings: the lease lasts 0.3 x 3 = 0.9 s, a member is declared failed 0.3 s after that.
@@ -33,6 +32,25 @@ def member_properties(url: str, broker_id: str, **more: str) -> dict[str, str]:
         **FAST,
         **more,
     }
+
+
+# Timings for broker processes, which a loaded machine may starve for a while: the lease lasts
+# 0.5 x 4 = 2 s, a member is declared failed 0.5 s after that.
+PROCESS: Final = {
+    "imq.cluster.heartbeat.interval": "0.5",
+    "imq.cluster.heartbeat.threshold": "4",
+    "imq.cluster.monitor.interval": "0.5",
+    "imq.cluster.monitor.threshold": "1",
+    "imq.persist.jdbc.connect.timeout": "2",
+}
+
+
+def start_member(url: str, broker_id: str, **more: str) -> BrokerProcess:
+    """`sluiceway broker` as member `broker_id`, with the process timings."""
+    args: list[str] = []
+    for name, value in member_properties(url, broker_id, **{**PROCESS, **more}).items():
+        args += ["-D", f"{name}={value}"]
+    return BrokerProcess(*args)
 
 
 def member_config(url: str, broker_id: str, **more: str) -> BrokerConfig:
@@ -78,15 +96,3 @@ def set_lease(url: str, broker_id: str, seconds: float) -> None:
 def expire(url: str, broker_id: str) -> None:
     """Member `broker_id` stopped beating a minute ago."""
     set_lease(url, broker_id, -60.0)
-
-
-def wait_for(check: Callable[[], object], timeout: float, what: str) -> object:
-    """Poll `check` until it returns something true, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.05)

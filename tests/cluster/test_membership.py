@@ -24,8 +24,8 @@ from tests.cluster.members import (
     member_config,
     row,
     set_lease,
-    wait_for,
 )
+from tests.e2e.support import wait_until
 
 
 def membership(url: str, broker_id: str, **kwargs: object) -> Membership:
@@ -195,7 +195,7 @@ def test_an_unreachable_database_loses_the_lease_once_it_has_run_out(
     with caplog.at_level(logging.WARNING, "sluiceway.cluster"):
         assert not member.renew()
         assert lost == []  # not run out yet: the database may come back
-        wait_for(lambda: member.lease.remaining <= 0, 5, "the lease runs out")
+        wait_until(lambda: member.lease.remaining <= 0)
         assert not member.renew()
     member.stop_heartbeat()
     assert len(lost) == 1
@@ -210,7 +210,7 @@ def test_the_lease_runs_out_by_its_own_clock_and_is_lost_once() -> None:
     assert lost == []
     lease.renewed(lease_clock())
     assert lease.holds()
-    wait_for(lambda: not lease.holds(), 5, "the lease runs out")
+    wait_until(lambda: not lease.holds())
     assert not lease.holds()
     assert len(lost) == 1
     assert lost[0].startswith("its lease ran out: no renewal reached the database since")
@@ -230,7 +230,7 @@ def test_a_member_creates_the_tables_joins_and_leaves(pg_url: str) -> None:
     member.join()
     member.start("127.0.0.1:1", "127.0.0.1:2")
     try:
-        wait_for(lambda: member.snapshot, 10, "the monitor's first snapshot")
+        wait_until(lambda: member.snapshot is not None)
         snapshot = member.snapshot
         assert snapshot is not None
         assert [(m.broker_id, m.state, m.stomp_address) for m in snapshot.members] == [

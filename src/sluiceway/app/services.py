@@ -91,6 +91,7 @@ class Services:
         self.fence = self.cluster.lease if self.cluster is not None else None
         self.fenced: str | None = None  # why the cluster lease was lost; None while it holds
         self._on_fenced: list[Callable[[], None]] = []
+        self._stopped: asyncio.Future[None] | None = None
         # The plain STOMP listener; None when imq.stomp.tcp.port is -1.
         self.stomp = (
             StompServer(broker, "stomp", self.gate, self.fence)
@@ -170,6 +171,9 @@ class Services:
             return
         self.fenced = reason
         log.error("stopping: this broker lost its cluster lease: %s", reason)
+        # Every client is told at once, idle ones included; the listeners and the admin
+        # endpoint close with them.
+        self._stopped = asyncio.ensure_future(self._stop())
         for callback in self._on_fenced:
             callback()
 
@@ -234,7 +238,13 @@ class Services:
         return sum(len(listener.connections()) for listener in self.listeners)
 
     async def stop(self) -> None:
-        """Stop the tick and the admin endpoint, tell every client the broker is going, close."""
+        """Stop the tick and the admin endpoint, tell every client the broker is going, close.
+        Called again (the broker was fenced and stops itself), waits for the same stop."""
+        if self._stopped is None:
+            self._stopped = asyncio.ensure_future(self._stop())
+        await self._stopped
+
+    async def _stop(self) -> None:
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None

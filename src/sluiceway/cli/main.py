@@ -136,13 +136,14 @@ async def _serve(config: BrokerConfig, storage: Storage) -> int:
     storage.notifier.attach(asyncio.get_running_loop(), services.synced)
     await services.start()
     tune_collector()
-    log.info("Sluiceway %s ready: %s", __version__, services.ready_line())
-    log.log(logging.WARNING if BUILD.warn else logging.INFO, "per-message path: %s", BUILD.reason)
     stop = asyncio.Event()
     services.when_fenced(stop.set)
     loop = asyncio.get_running_loop()
+    # Before the ready line: a SIGTERM sent as soon as it is read stops the broker cleanly.
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    log.info("Sluiceway %s ready: %s", __version__, services.ready_line())
+    log.log(logging.WARNING if BUILD.warn else logging.INFO, "per-message path: %s", BUILD.reason)
     await stop.wait()
     log.info("shutting down: closing %d connections", services.connection_count)
     await services.stop()

@@ -82,6 +82,7 @@ class Membership:
         self.messages = messages
         self.takeover_wait = takeover_wait
         self.epoch = 0
+        self._joined: Joined | None = None
         self._connection: psycopg.Connection[tuple[object, ...]] | None = None
         self._unreachable_since: float | None = None  # time.time() of the first failed renewal
         self._stopping = threading.Event()
@@ -191,12 +192,19 @@ class Membership:
                 "out); this broker's store is its own again",
                 joined.taken_over_by,
             )
+        self._joined = joined
+        if address:  # else set_addresses says it, once the listeners are bound
+            self._log_joined(address)
+
+    def _log_joined(self, address: str) -> None:
+        joined = self._joined
+        assert joined is not None
         log.info(
-            "joined cluster %s as broker %s: epoch %d%s%s",
+            "joined cluster %s as broker %s: epoch %d, STOMP on %s%s",
             self.cluster_id or "(no id)",
             self.broker_id,
             joined.epoch,
-            f", STOMP on {address}" if address else "",
+            address,
             f" (was {joined.before})" if joined.before else "",
         )
 
@@ -208,7 +216,7 @@ class Membership:
                 "WHERE cluster_id = %s AND broker_id = %s AND epoch = %s",
                 (stomp_address, admin_address, *self._key, self.epoch),
             )
-        log.info("cluster member %s serves STOMP on %s", self.broker_id, stomp_address)
+        self._log_joined(stomp_address)
 
     # -- the heartbeat ---------------------------------------------------------------------------
 

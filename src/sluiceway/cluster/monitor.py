@@ -46,6 +46,16 @@ _OPERATING: Final = MemberState.OPERATING.value
 _FAILED: Final = MemberState.FAILED.value
 _STARTED: Final = MemberState.TAKEOVER_STARTED.value
 _COMPLETE: Final = MemberState.TAKEOVER_COMPLETE.value
+# A row another member may claim: failed, or being taken over by a member whose lease ran out
+# more than the margin ago (or that is no longer OPERATING).
+_CLAIMABLE: Final = """
+    b.cluster_id = %(cluster)s AND b.broker_id <> %(me)s
+    AND (b.state = %(failed)s OR (b.state = %(started)s AND NOT EXISTS (
+        SELECT 1 FROM sluiceway_broker t
+        WHERE t.cluster_id = b.cluster_id AND t.broker_id = b.taken_over_by
+        AND t.state = %(operating)s AND t.lease_until + make_interval(secs => %(margin)s) >= now()
+    )))
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,34 +199,34 @@ class Monitor:
         """Claim one failed member's takeover (or one whose taker's lease ran out); None when
         there is none, another member won it, or this broker's own lease is not live in the
         database."""
+        values = {
+            "started": _STARTED,
+            "failed": _FAILED,
+            "operating": _OPERATING,
+            "me": self.broker_id,
+            "cluster": self.cluster_id,
+            "margin": self.margin,
+        }
         with connection.transaction():
+            # First lock one candidate (members claiming together skip each other's), then
+            # claim it in a statement of its own: it reads the row as it is now, locked, so a
+            # candidate another member claimed meanwhile is seen claimed and left alone.
+            candidate = connection.execute(
+                # (a fixed text of this module, not an input)
+                f"SELECT broker_id FROM sluiceway_broker b WHERE {_CLAIMABLE} "  # noqa: S608
+                "ORDER BY broker_id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                values,
+            ).fetchone()
+            if candidate is None:
+                return None
             row = connection.execute(
-                """
-                UPDATE sluiceway_broker b SET state = %(started)s, taken_over_by = %(me)s,
-                    takeover_started_at = now(), takeover_ended_at = NULL, epoch = b.epoch + 1
-                WHERE (b.cluster_id, b.broker_id) IN (
-                    SELECT f.cluster_id, f.broker_id FROM sluiceway_broker f
-                    LEFT JOIN sluiceway_broker t
-                        ON t.cluster_id = f.cluster_id AND t.broker_id = f.taken_over_by
-                    WHERE f.cluster_id = %(cluster)s AND f.broker_id <> %(me)s
-                    AND (f.state = %(failed)s OR (f.state = %(started)s AND (
-                        t.broker_id IS NULL OR t.state <> %(operating)s
-                        OR t.lease_until + make_interval(secs => %(margin)s) < now())))
-                    ORDER BY f.broker_id LIMIT 1 FOR UPDATE OF f SKIP LOCKED)
-                AND EXISTS (
-                    SELECT 1 FROM sluiceway_broker m WHERE m.cluster_id = %(cluster)s
-                    AND m.broker_id = %(me)s AND m.state = %(operating)s
-                    AND m.lease_until > now())
-                RETURNING b.broker_id, b.epoch
-                """,
-                {
-                    "started": _STARTED,
-                    "failed": _FAILED,
-                    "operating": _OPERATING,
-                    "me": self.broker_id,
-                    "cluster": self.cluster_id,
-                    "margin": self.margin,
-                },
+                "UPDATE sluiceway_broker b SET state = %(started)s, taken_over_by = %(me)s, "  # noqa: S608
+                "takeover_started_at = now(), takeover_ended_at = NULL, epoch = b.epoch + 1 "
+                f"WHERE {_CLAIMABLE} AND b.broker_id = %(candidate)s AND EXISTS ("
+                "SELECT 1 FROM sluiceway_broker m WHERE m.cluster_id = %(cluster)s "
+                "AND m.broker_id = %(me)s AND m.state = %(operating)s AND m.lease_until > now()) "
+                "RETURNING b.broker_id, b.epoch",
+                {**values, "candidate": candidate[0]},
             ).fetchone()
             if row is None:
                 return None

@@ -601,6 +601,8 @@ class StompProtocol(asyncio.Protocol):
     def shutdown(self) -> None:
         """The broker is stopping: tell the client why, then close (one already told why it
         ends is closed at once)."""
+        if self._fenced():
+            return  # told why already
         if self._ending and self._transport is not None:
             self._transport.close()
             return
