@@ -105,6 +105,19 @@ def test_a_commit_under_way_holds_off_the_declaration_until_it_ends(db: str) -> 
     assert row(db, "a")["state"] == "FAILED"
 
 
+def test_the_monitor_skips_a_member_whose_commit_is_under_way_until_it_ends(db: str) -> None:
+    a = joined(db, "a")
+    b = joined(db, "b")
+    set_lease(db, "b", 60)
+    expire(db, "a")
+    monitor = Monitor(Database(db), member_config(db, "b"), b.lease)
+    with psycopg.connect(db) as store, Database(db).connect(autocommit=True) as watching:
+        with store.transaction():
+            a.store_fence.check(store.cursor())
+            assert monitor.declare_failed(watching) == []  # not waited for: skipped
+        assert [d.broker_id for d in monitor.declare_failed(watching)] == ["a"]
+
+
 def test_a_broker_that_lost_its_lease_ends_every_connection_with_an_error(
     make_broker: object, db: str
 ) -> None:

@@ -46,6 +46,11 @@ _OPERATING: Final = MemberState.OPERATING.value
 _FAILED: Final = MemberState.FAILED.value
 _STARTED: Final = MemberState.TAKEOVER_STARTED.value
 _COMPLETE: Final = MemberState.TAKEOVER_COMPLETE.value
+# A member whose lease ran out more than the margin ago: declared failed.
+_EXPIRED: Final = """
+    b.cluster_id = %(cluster)s AND b.broker_id <> %(me)s AND b.state = %(operating)s
+    AND b.lease_until + make_interval(secs => %(margin)s) < now()
+"""
 # A row another member may claim: failed, or being taken over by a member whose lease ran out
 # more than the margin ago (or that is no longer OPERATING).
 _CLAIMABLE: Final = """
@@ -165,7 +170,12 @@ class Monitor:
 
     def _connect(self) -> Connection:
         if self._connection is None or self._connection.closed:
-            self._connection = self.database.connect(autocommit=True)
+            connection = self.database.connect(autocommit=True)
+            # A statement stuck behind a lock or a slow database fails, and the next round
+            # tries again, rather than the monitor stopping for good.
+            milliseconds = max(1000, round(self.margin * 4000))
+            connection.execute(f"SET statement_timeout = {milliseconds}")
+            self._connection = connection
         return self._connection
 
     def _close(self) -> None:
@@ -176,12 +186,20 @@ class Monitor:
         """Mark FAILED every other member whose lease ran out more than the margin ago."""
         declared: list[Declared] = []
         with connection.transaction():
+            # A row locked by a commit under way (the store's fence reads it FOR SHARE) is
+            # skipped, not waited for: it is looked at again next round, after the commit.
             rows = connection.execute(
-                "UPDATE sluiceway_broker SET state = %s "
-                "WHERE cluster_id = %s AND broker_id <> %s AND state = %s "
-                "AND lease_until + make_interval(secs => %s) < now() "
+                f"UPDATE sluiceway_broker b SET state = %(failed)s WHERE {_EXPIRED} "  # noqa: S608
+                "AND (b.cluster_id, b.broker_id) IN (SELECT cluster_id, broker_id "
+                f"FROM sluiceway_broker b WHERE {_EXPIRED} FOR UPDATE SKIP LOCKED) "
                 "RETURNING broker_id, heartbeat_at, extract(epoch FROM now() - heartbeat_at)",
-                (_FAILED, self.cluster_id, self.broker_id, _OPERATING, self.margin),
+                {
+                    "failed": _FAILED,
+                    "operating": _OPERATING,
+                    "cluster": self.cluster_id,
+                    "me": self.broker_id,
+                    "margin": self.margin,
+                },
             ).fetchall()
             for broker_id, heartbeat_at, silent in rows:
                 seconds = float(silent) if silent is not None else 0.0  # type: ignore[arg-type]
