@@ -36,7 +36,8 @@ from tests.cluster.members import (
     start_member,
 )
 from tests.cluster.relay import Relay
-from tests.e2e.stomppy import connect
+from tests.conftest import BrokerFactory
+from tests.e2e.stomppy import connect, with_receipt
 from tests.e2e.support import wait_until
 
 LEASE_LOST = "this broker lost its cluster lease; reconnect to another member"
@@ -132,7 +133,7 @@ def test_a_broker_that_lost_its_lease_ends_every_connection_with_an_error(
         assert services.cluster is not None
         lease = services.cluster.lease
         broker.call(lambda: lease.lose("taken over by broker b (a test)"))
-        producer.send("/queue/q", "after", receipt="r1")
+        send_quietly(producer, "after", "r1")
         wait_until(lambda: bool(recorder.errors) or recorder.disconnected)
         wait_until(lambda: bool(received.errors) or received.disconnected)
         assert "r1" not in recorder.receipts
@@ -143,6 +144,40 @@ def test_a_broker_that_lost_its_lease_ends_every_connection_with_an_error(
         broker.stop()
     assert events(db, "a")[-1] == "fenced"
     assert row(db, "a")["state"] == "OPERATING"  # left as it was: the others decide
+
+
+class Switch:
+    """A fence a test turns off: nothing else happens (no stop), so only the listener's own
+    checks can keep the broker from acting."""
+
+    def __init__(self) -> None:
+        self.on = True
+
+    def holds(self) -> bool:
+        return self.on
+
+
+def test_a_read_after_the_fence_fell_is_never_acted_on(make_broker: BrokerFactory) -> None:
+    broker = make_broker()
+    assert broker.server is not None
+    fence = broker.server.fence = Switch()
+    producer, sent = connect(broker.port)
+    consumer, received = connect(broker.port)
+    consumer.subscribe("/queue/q", "1")
+    with_receipt(sent, lambda receipt: producer.send("/queue/q", "before", receipt=receipt))
+    received.wait_messages(1)
+    fence.on = False
+    producer.send("/queue/q", "after", receipt="r-after")
+    sent.wait_for(lambda: bool(sent.errors))
+    assert sent.errors[0].headers["message"] == LEASE_LOST
+    assert "r-after" not in sent.receipts
+    assert broker.call(lambda: core_messages(broker)) == 0  # the SEND was never taken
+    assert [frame.body for frame in received.messages] == ["before"]
+
+
+def core_messages(broker: BrokerThread) -> int:
+    assert broker.broker is not None
+    return broker.broker.context.system.count
 
 
 def send_quietly(connection: stomp.Connection, body: str, receipt: str) -> None:

@@ -13,9 +13,12 @@ wait for a full disk, and measures its free space), feeds it the bytes waiting i
 (they count against the memory budget), reads again the clients it stopped reading while the
 disk could not take the journal's records, and samples the metrics.
 
-With imq.cluster.ha the broker is a cluster member (cluster.member): it joins before any
-listener is bound (a broker that may not join opens no port), records the listeners' addresses
-once they are bound, and hands its lease to every listener as their fence. When the lease is
+With imq.cluster.ha the broker is a cluster member (cluster.member). `join_cluster` joins
+before the store is opened (a broker that may not join touches nothing, and the store's fence
+needs the epoch it joined with); the member it returns is given to Services, and left after the
+store is closed. Services given none joins itself before any listener is bound, and leaves when
+it stops. Services records the listeners' addresses once they are bound, and hands the lease to
+every listener as their fence. When the lease is
 lost the broker stops serving: one ERROR line says why, `when_fenced` callbacks run (the
 command line then stops the broker and exits with a failure status), every client gets an
 ERROR saying so, and the tick does no more work.
@@ -79,15 +82,18 @@ class Listener(Protocol):
 class Services:
     """The listeners, the admin endpoint and the tick of one broker."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, cluster: ClusterMember | None = None) -> None:
+        """`cluster`: this broker's membership, joined by `join_cluster` (its owner leaves);
+        None with imq.cluster.ha: Services joins and leaves itself."""
         self.broker = broker
         self.config: BrokerConfig = broker.config
         self.gate = Gate(self.config) if self.config.authentication else None
-        self.cluster = (
-            ClusterMember(self.config, messages=lambda: broker.context.system.count)
-            if self.config.cluster_ha
-            else None
-        )
+        self._owns_cluster = cluster is None and self.config.cluster_ha
+        if self._owns_cluster:
+            cluster = ClusterMember(self.config)
+        self.cluster = cluster
+        if cluster is not None:
+            cluster.count_messages(lambda: broker.context.system.count)
         self.fence = self.cluster.lease if self.cluster is not None else None
         self.fenced: str | None = None  # why the cluster lease was lost; None while it holds
         self._on_fenced: list[Callable[[], None]] = []
@@ -120,7 +126,8 @@ class Services:
                 loop.call_soon_threadsafe(self._lease_lost, reason)
 
             self.cluster.lease.set_on_lost(lost)
-            await asyncio.to_thread(self.cluster.join)
+            if self._owns_cluster:
+                await asyncio.to_thread(self.cluster.join)
             try:
                 await self._start_services(tls)
                 addresses = self.addresses()
@@ -128,7 +135,8 @@ class Services:
                 stomp = next((shown[n] for n in ("stomp", "stomp-tls", "ws") if n in shown), "")
                 await asyncio.to_thread(self.cluster.start, stomp, shown.get("admin", ""))
             except BaseException:
-                await asyncio.to_thread(self.cluster.stop)  # leaves: it never served
+                if self._owns_cluster:
+                    await asyncio.to_thread(self.cluster.stop)  # leaves: it never served
                 raise
         else:
             await self._start_services(tls)
@@ -257,8 +265,19 @@ class Services:
         if self.gate is not None:
             self.gate.close()  # the password checks' threads
         self.broker.close()
-        if self.cluster is not None:  # after the store's last writes: they need the lease
+        if self.cluster is not None and self._owns_cluster:
             await asyncio.to_thread(self.cluster.stop)
+
+
+async def join_cluster(config: BrokerConfig) -> ClusterMember | None:
+    """With imq.cluster.ha, this broker's membership, joined and renewing its lease; None
+    without. Call it before the store is opened, and stop the member after the store is
+    closed: the store's writes need the lease."""
+    if not config.cluster_ha:
+        return None
+    member = ClusterMember(config)
+    await asyncio.to_thread(member.join)
+    return member
 
 
 def is_loopback(host: str) -> bool:

@@ -20,6 +20,7 @@ from sluiceway.errors import ConfigError, SluicewayError
 
 if TYPE_CHECKING:
     from sluiceway.app.storage import Storage
+    from sluiceway.cluster.member import ClusterMember
 
 log = logging.getLogger("sluiceway")
 
@@ -119,20 +120,27 @@ async def serve(config: BrokerConfig) -> int:
     lost (EXIT_FENCED). The exit status."""
     # Imported here, so that `sluiceway cmd` starts without loading the broker (a third of a
     # second, paid by every admin command otherwise).
+    from sluiceway.app.services import join_cluster  # noqa: PLC0415  (late: see above)
     from sluiceway.app.storage import Storage  # noqa: PLC0415  (late: see above)
 
-    storage = Storage(config)
+    # A cluster member joins before it opens its store, and leaves after closing it.
+    cluster = await join_cluster(config)
     try:
-        return await _serve(config, storage)
+        storage = Storage(config)
+        try:
+            return await _serve(config, storage, cluster)
+        finally:
+            storage.close()
     finally:
-        storage.close()
+        if cluster is not None:
+            await asyncio.to_thread(cluster.stop)
 
 
-async def _serve(config: BrokerConfig, storage: Storage) -> int:
+async def _serve(config: BrokerConfig, storage: Storage, cluster: ClusterMember | None) -> int:
     from sluiceway.app.services import Services  # noqa: PLC0415  (late, as Storage)
 
     broker, _ = storage.open_broker()
-    services = Services(broker)
+    services = Services(broker, cluster)
     storage.notifier.attach(asyncio.get_running_loop(), services.synced)
     await services.start()
     tune_collector()

@@ -80,7 +80,12 @@ class Lease:
         self.reason: str | None = None  # why it was lost; None while it holds
 
     def set_on_lost(self, on_lost: Callable[[str], None]) -> None:
-        self._on_lost = on_lost
+        """Call `on_lost(reason)` when the lease is lost (at once if it was lost already)."""
+        with self._lock:
+            self._on_lost = on_lost
+            reason = self.reason
+        if reason is not None:
+            on_lost(reason)
 
     def renewed(self, sent_at: float) -> None:
         """A renewal sent at `sent_at` (lease_clock) succeeded: the lease holds until

@@ -63,15 +63,20 @@ class ClusterMember:
         """The members as the monitor last read them (None before its first round)."""
         return self.monitor.snapshot
 
+    def count_messages(self, messages: Callable[[], int]) -> None:
+        """What the heartbeat writes as this broker's messages (read on its thread)."""
+        self.membership.messages = messages
+
     def join(self) -> None:
-        """Create the tables if the database has none, then join (blocks: run it off the
-        event loop)."""
+        """Create the tables if the database has none, join, and start renewing the lease at
+        once: opening the store may take longer than a lease (blocks: run it off the event
+        loop)."""
         ensure_schema(self.database)
         self.membership.join()
+        self.membership.start_heartbeat()
 
     def start(self, stomp_address: str, admin_address: str) -> None:
-        """The listeners are bound: record where, and start the heartbeat and the monitor."""
-        self.membership.start_heartbeat()
+        """The listeners are bound: record where, and start watching the other members."""
         self.membership.set_addresses(stomp_address, admin_address)
         self.monitor.start()
 
