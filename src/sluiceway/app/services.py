@@ -18,10 +18,9 @@ before the store is opened (a broker that may not join touches nothing, and the 
 needs the epoch it joined with); the member it returns is given to Services, and left after the
 store is closed. Services given none joins itself before any listener is bound, and leaves when
 it stops. Services records the listeners' addresses once they are bound, and hands the lease to
-every listener as their fence. When the lease is
-lost the broker stops serving: one ERROR line says why, `when_fenced` callbacks run (the
-command line then stops the broker and exits with a failure status), every client gets an
-ERROR saying so, and the tick does no more work.
+every listener as their fence. When the lease is lost the broker stops serving: one ERROR line
+says why, every client gets an ERROR saying so, the tick does no more work, the services stop,
+and `when_fenced` callbacks run (the command line then exits with a failure status).
 """
 
 from __future__ import annotations

@@ -42,9 +42,6 @@ def lease_clock() -> float:
     return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
 
 
-# What a client of a fenced broker is told in its ERROR frame.
-LEASE_LOST_SUMMARY: Final = "this broker lost its cluster lease; reconnect to another member"
-
 
 class MemberState(enum.Enum):
     """A member's state in sluiceway_broker.state (docs/cluster-membership.md draws the
