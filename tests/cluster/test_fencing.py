@@ -27,6 +27,7 @@ from sluiceway.testing import BrokerProcess, BrokerThread
 from sluiceway.testing.postgres import PostgresServer
 from tests.cluster.members import (
     CLUSTER,
+    PROCESS,
     events,
     expire,
     member_config,
@@ -122,7 +123,7 @@ def test_the_monitor_skips_a_member_whose_commit_is_under_way_until_it_ends(db: 
 def test_a_broker_that_lost_its_lease_ends_every_connection_with_an_error(
     make_broker: object, db: str
 ) -> None:
-    broker = BrokerThread(member_properties(db, "a"))
+    broker = BrokerThread(member_properties(db, "a", **PROCESS))
     broker.start()
     try:
         producer, recorder = connect(broker.port)

@@ -47,8 +47,13 @@ class Members:
         set_lease(self.url, broker_id, 60)  # live for the test, without a heartbeat thread
         return member
 
-    def monitor(self, member: Membership, takeover: RecordingTakeover | None = None) -> Monitor:
-        config = member_config(self.url, member.broker_id)
+    def monitor(
+        self,
+        member: Membership,
+        takeover: RecordingTakeover | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> Monitor:
+        config = member_config(self.url, member.broker_id, **(properties or {}))
         monitor = Monitor(Database(self.url), config, member.lease, takeover)
         self.monitors.append(monitor)
         return monitor
@@ -75,12 +80,14 @@ def test_a_member_is_declared_failed_only_past_its_lease_and_the_margin(
 ) -> None:
     a = members.join("a")
     members.join("b")
-    monitor = members.monitor(a)
+    # A margin of 10 x 3 = 30 s, so that the test does not race it.
+    margin = {"imq.cluster.monitor.interval": "10", "imq.cluster.monitor.threshold": "3"}
+    monitor = members.monitor(a, properties=margin)
     connection = members.connect()
-    set_lease(members.url, "b", -0.1)  # ran out, but the 0.3 s margin has not passed
+    set_lease(members.url, "b", -5)  # ran out, but the margin has not passed
     assert monitor.declare_failed(connection) == []
     assert row(members.url, "b")["state"] == "OPERATING"
-    set_lease(members.url, "b", -5)
+    set_lease(members.url, "b", -31)
     with caplog.at_level(logging.WARNING, "sluiceway.cluster"):
         monitor.round()
     assert row(members.url, "b")["state"] == "FAILED"
