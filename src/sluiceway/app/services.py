@@ -38,6 +38,7 @@ from typing import Final, Protocol
 from sluiceway.admin.history import HistoryWriter
 from sluiceway.admin.http import AdminServer
 from sluiceway.admin.metrics import MetricsSampler
+from sluiceway.cluster.lease import FencedError
 from sluiceway.cluster.member import ClusterMember
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
@@ -118,28 +119,33 @@ class Services:
         # The certificate is loaded before anything binds: a broker that cannot serve every
         # service it was asked for refuses to start, and leaves no port open behind it.
         tls = server_context(config) if needs_tls(config) else None
-        if self.cluster is not None:
-            loop = asyncio.get_running_loop()
-
-            def lost(reason: str) -> None:  # called from the cluster's threads too
-                loop.call_soon_threadsafe(self._lease_lost, reason)
-
-            self.cluster.lease.set_on_lost(lost)
-            if self._owns_cluster:
-                await asyncio.to_thread(self.cluster.join)
-            try:
-                await self._start_services(tls)
-                addresses = self.addresses()
-                shown = {name: f"{host}:{port}" for name, (host, port) in addresses.items()}
-                stomp = next((shown[n] for n in ("stomp", "stomp-tls", "ws") if n in shown), "")
-                await asyncio.to_thread(self.cluster.start, stomp, shown.get("admin", ""))
-            except BaseException:
-                if self._owns_cluster:
-                    await asyncio.to_thread(self.cluster.stop)  # leaves: it never served
-                raise
-        else:
+        if self.cluster is None:
             await self._start_services(tls)
+        else:
+            await self._start_member(self.cluster, tls)
         self._tick = asyncio.get_running_loop().call_later(TICK_INTERVAL_S, self._run_tick)
+
+    async def _start_member(self, cluster: ClusterMember, tls: ssl.SSLContext | None) -> None:
+        """Join (unless joined already), serve, and record where; leave again if that fails."""
+        loop = asyncio.get_running_loop()
+
+        def lost(reason: str) -> None:  # called from the cluster's threads too
+            loop.call_soon_threadsafe(self._lease_lost, reason)
+
+        cluster.lease.set_on_lost(lost)
+        if self._owns_cluster:
+            await asyncio.to_thread(cluster.join)
+        try:
+            await self._start_services(tls)
+            shown = {name: f"{host}:{port}" for name, (host, port) in self.addresses().items()}
+            stomp = next((shown[n] for n in ("stomp", "stomp-tls", "ws") if n in shown), "")
+            await asyncio.to_thread(cluster.start, stomp, shown.get("admin", ""))
+        except BaseException:
+            if self._owns_cluster:
+                await asyncio.to_thread(cluster.stop)  # leaves: it never served
+            raise
+        if self.fenced is not None:
+            raise FencedError(f"this broker lost its cluster lease while starting: {self.fenced}")
 
     async def _start_services(self, tls: ssl.SSLContext | None) -> None:
         config = self.config
@@ -177,6 +183,8 @@ class Services:
         if self.fenced is not None:
             return
         self.fenced = reason
+        if self._tick is None:
+            return  # still starting: start() refuses to go on
         log.error("stopping: this broker lost its cluster lease: %s", reason)
         # Every client is told at once, idle ones included; the listeners and the admin
         # endpoint close with them.

@@ -42,7 +42,6 @@ def lease_clock() -> float:
     return time.clock_gettime(_BOOTTIME) if _BOOTTIME is not None else time.monotonic()
 
 
-
 class MemberState(enum.Enum):
     """A member's state in sluiceway_broker.state (docs/cluster-membership.md draws the
     transitions)."""
