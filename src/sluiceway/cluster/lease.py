@@ -19,7 +19,6 @@ epoch first, so a write of a broker that was taken over can never become durable
 from __future__ import annotations
 
 import enum
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,8 +28,6 @@ from sluiceway.core.model.store import StoreError
 
 if TYPE_CHECKING:
     import psycopg
-
-log = logging.getLogger(__name__)
 
 # The clock of the lease: CLOCK_BOOTTIME where there is one (Linux), which keeps counting while
 # the machine is suspended, as the other members' time does; the monotonic clock elsewhere.

@@ -8,7 +8,6 @@ stop leaves the cluster: SHUTDOWN_COMPLETE) or once the lease is lost (the broke
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from sluiceway.cluster.lease import Lease, StoreFence
@@ -18,8 +17,6 @@ from sluiceway.cluster.table import ClusterSnapshot
 from sluiceway.config.cluster import ClusterConfig
 from sluiceway.persist.database import Database
 from sluiceway.persist.schema import ensure_schema
-
-log = logging.getLogger(__name__)
 
 
 class ClusterMember:

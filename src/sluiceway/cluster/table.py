@@ -8,7 +8,6 @@ Every time compared here is the database's (now()): members never compare two ma
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
@@ -17,8 +16,6 @@ if TYPE_CHECKING:
     import psycopg
 
     Connection = psycopg.Connection[tuple[object, ...]]
-
-log = logging.getLogger(__name__)
 
 RECENT_EVENTS: Final = 20  # the events a snapshot carries, newest first
 
@@ -126,11 +123,6 @@ def read_snapshot(connection: Connection, cluster_id: str) -> ClusterSnapshot:
 
 def _time(value: object) -> datetime | None:
     return value if isinstance(value, datetime) else None
-
-
-def describe_age(seconds: float | None) -> str:
-    """`12.3 s ago` (or `never` for a member that never beat)."""
-    return "never" if seconds is None else f"{seconds:.1f} s ago"
 
 
 def close_quietly(connection: Connection | None) -> None:
