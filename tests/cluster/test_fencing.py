@@ -60,6 +60,7 @@ def test_the_store_fence_passes_while_the_broker_holds_its_place(db: str) -> Non
     fence = joined(db, "a").store_fence
     with psycopg.connect(db) as connection, connection.transaction():
         fence.check(connection.cursor())
+        fence.check(connection)  # on the commit's connection itself, as the store runs it
 
 
 def test_the_store_fence_fails_once_a_takeover_was_claimed(db: str) -> None:

@@ -133,15 +133,16 @@ class StoreFence:
         self.broker_id = broker_id
         self.epoch = epoch  # set when the membership joins
 
-    def check(self, cursor: psycopg.Cursor[tuple[object, ...]]) -> None:
+    def check(
+        self, on: psycopg.Connection[tuple[object, ...]] | psycopg.Cursor[tuple[object, ...]]
+    ) -> None:
         """Raise FencedError unless this broker still holds its place; run it inside the
-        commit's transaction, before the commit."""
-        cursor.execute(
+        commit's transaction (`on`: its connection or a cursor of it), before the commit."""
+        row = on.execute(
             "SELECT state, epoch, taken_over_by FROM sluiceway_broker "
             "WHERE cluster_id = %s AND broker_id = %s FOR SHARE",
             (self.cluster_id, self.broker_id),
-        )
-        row = cursor.fetchone()
+        ).fetchone()
         if row is not None and row[0] == MemberState.OPERATING.value and row[1] == self.epoch:
             return
         if row is None:
