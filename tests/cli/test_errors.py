@@ -95,7 +95,7 @@ def test_usage_errors(args: tuple[str, ...], expected: str) -> None:
 
 
 def test_argparse_usage_errors_exit_2() -> None:
-    for args in (("list", "bkr"), ("frobnicate", "dst"), ("list", "dst", "-t", "x")):
+    for args in (("list", "svc"), ("frobnicate", "dst"), ("list", "dst", "-t", "x")):
         result = run_cmd(*args)
         assert result.status == 2
         assert "usage:" in result.err

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import BasicAuth, web
 
-from sluiceway.admin import console, model, openapi, prometheus
+from sluiceway.admin import cluster, console, model, openapi, prometheus
 from sluiceway.admin.guards import HostCheck, admin_limits
 from sluiceway.core.broker import PauseTarget
 from sluiceway.errors import (
@@ -272,6 +272,7 @@ class AdminServer:
         add.add_get(f"{API}/metrics/services", self.service_metrics)
         add.add_get(f"{one.replace('destinations', 'metrics/destinations')}", self.dest_metrics)
         prometheus.register(self.app, self.services)
+        cluster.register(self.app, self.services)
         openapi.register(self.app)
         console.register(self.app)
 

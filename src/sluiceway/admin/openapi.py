@@ -15,7 +15,7 @@ from typing import Any, Final, Union, get_args, get_origin
 from aiohttp import web
 
 from sluiceway import __version__
-from sluiceway.admin import metrics, model
+from sluiceway.admin import cluster, metrics, model
 from sluiceway.core.model.holding import HeldProducer
 
 API: Final = "/api/v1"
@@ -35,6 +35,9 @@ _SCHEMAS: Final = (
     metrics.Rates,
     metrics.CountTrend,
     HeldProducer,
+    cluster.ClusterView,
+    cluster.MemberSnapshot,
+    cluster.ClusterEvent,
 )
 _ERROR: Final = {
     "type": "object",
@@ -87,7 +90,7 @@ def _schema(annotation: Any) -> dict[str, Any]:
 
 
 def dataclass_schema(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls, vars(model) | vars(metrics))
+    hints = typing.get_type_hints(cls, vars(model) | vars(metrics) | vars(cluster))
     fields = dataclasses.fields(cls)
     return {
         "type": "object",
@@ -214,6 +217,12 @@ def document() -> dict[str, Any]:
         f"{API}/metrics/services": {"get": _op("metrics svc", _ref("ServiceTrend", many=True))},
         f"{API}/metrics/destinations/{{type}}/{{name}}": {
             "get": _op("metrics dst", _ref("DestinationTrend"), path=True)
+        },
+        f"{API}/cluster": {
+            "get": _op(
+                "list bkr: the cluster's members, their states and leases, recent events",
+                _ref("ClusterView"),
+            )
         },
         f"{API}/openapi.json": {"get": _op("this document")},
     }

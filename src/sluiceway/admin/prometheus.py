@@ -23,7 +23,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from sluiceway import __version__
-from sluiceway.admin import model
+from sluiceway.admin import cluster, model
 from sluiceway.admin.statistics import DESTINATION_STATISTICS
 from sluiceway.core.features.disk import DiskLevel, DiskStatus
 from sluiceway.core.model.holding import HOLD_BUCKETS
@@ -50,6 +50,7 @@ class BrokerCollector(Collector):
         yield from self._destinations()
         yield from self._consumers()
         yield from self._connections()
+        yield from cluster.metrics(self.services)
 
     def _broker(self) -> Iterator[Metric]:
         broker = self.services.broker

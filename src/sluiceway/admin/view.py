@@ -15,6 +15,7 @@ from sluiceway.server.connection import Serving
 
 if TYPE_CHECKING:
     from sluiceway.admin.metrics import MetricsSampler
+    from sluiceway.cluster.member import ClusterMember
     from sluiceway.server.snapshots import ConnectionInfo
 
 
@@ -26,6 +27,11 @@ class BrokerView(ListenersView, Serving, Protocol):
 
     @property
     def metrics(self) -> MetricsSampler: ...
+
+    @property
+    def cluster(self) -> ClusterMember | None:
+        """This broker's place in its cluster; None outside one (imq.cluster.ha false)."""
+        ...
 
     def connections(self) -> list[ConnectionInfo]:
         """A snapshot of every open STOMP connection, whatever carries it."""

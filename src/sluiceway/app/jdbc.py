@@ -14,25 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from sluiceway.config import BrokerConfig
-from sluiceway.persist.database import Database
+from sluiceway.persist.database import member_database
 from sluiceway.persist.pg_files import Fence, PgFiles
 from sluiceway.persist.schema import ensure_schema
-
-
-def database_of(config: BrokerConfig) -> Database:
-    """The jdbc store's database, as the configuration names it."""
-    return Database.from_config(
-        config.jdbc_url,
-        config.jdbc_user,
-        config.jdbc_password_file,
-        config.jdbc_connect_timeout,
-    )
 
 
 def open_store_files(config: BrokerConfig, root: Path, fence: Fence | None = None) -> PgFiles:
     """This broker's journal files in the database, its tables made current first. `fence`
     runs in every commit (the cluster membership's check that the store is still this
     broker's)."""
-    database = database_of(config)
+    database = member_database(config)
     ensure_schema(database)
     return PgFiles(database, config.cluster_id, config.broker_id, root, fence=fence)

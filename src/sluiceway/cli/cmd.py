@@ -37,7 +37,11 @@ EXIT_UNREACHABLE: Final = 3
 
 # verb -> (objects it takes, options it has, help)
 VERBS: Final[dict[str, tuple[tuple[str, ...], str, str]]] = {
-    "list": (("dst", "cxn", "dur"), "t", "list destinations, connections or durable subscriptions"),
+    "list": (
+        ("dst", "cxn", "dur", "bkr"),
+        "t",
+        "list destinations, connections, durable subscriptions or the cluster's brokers",
+    ),
     "query": (("dst", "bkr"), "tn", "show a destination's or the broker's state and properties"),
     "create": (("dst",), "tno", "create a destination"),
     "update": (("dst", "bkr"), "tno", "change a destination's or the broker's properties"),
@@ -70,6 +74,7 @@ RULES: Final = {
     ("list", "dst"): ("", "t"),
     ("list", "cxn"): ("", ""),
     ("list", "dur"): ("", ""),
+    ("list", "bkr"): ("", ""),
     ("query", "dst"): ("tn", ""),
     ("query", "bkr"): ("", ""),
     ("create", "dst"): ("tn", "o"),
@@ -90,6 +95,7 @@ HANDLERS: Final[dict[tuple[str, str], Callable[[Context], None]]] = {
     ("list", "dst"): verbs.list_dst,
     ("list", "cxn"): verbs.list_cxn,
     ("list", "dur"): verbs.list_dur,
+    ("list", "bkr"): verbs.list_bkr,
     ("query", "dst"): verbs.query_dst,
     ("query", "bkr"): verbs.query_bkr,
     ("create", "dst"): verbs.create_dst,

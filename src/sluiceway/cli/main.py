@@ -20,8 +20,13 @@ from sluiceway.errors import ConfigError, SluicewayError
 
 if TYPE_CHECKING:
     from sluiceway.app.storage import Storage
+    from sluiceway.cluster.member import ClusterMember
 
 log = logging.getLogger("sluiceway")
+
+# The exit status of a broker that stopped because it lost its cluster lease (a supervisor
+# restarts it; it rejoins with a new epoch). 1 is a broker that could not start.
+EXIT_FENCED = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,44 +112,54 @@ def run_broker(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     try:
-        asyncio.run(serve(config))
+        return asyncio.run(serve(config))
     except (OSError, SluicewayError) as exc:
         log.error("cannot start: %s", exc)  # noqa: TRY400  (the cause says it; no traceback)
         return 1
-    return 0
 
 
-async def serve(config: BrokerConfig) -> None:
-    """Run until SIGTERM or SIGINT, then shut down cleanly."""
+async def serve(config: BrokerConfig) -> int:
+    """Run until SIGTERM or SIGINT, then shut down cleanly; or until the cluster lease is
+    lost (EXIT_FENCED). The exit status."""
     # Imported here, so that `sluiceway cmd` starts without loading the broker (a third of a
     # second, paid by every admin command otherwise).
+    from sluiceway.app.services import join_cluster  # noqa: PLC0415  (late: see above)
     from sluiceway.app.storage import Storage  # noqa: PLC0415  (late: see above)
 
-    storage = Storage(config)
+    # A cluster member joins before it opens its store, and leaves after closing it.
+    cluster = await join_cluster(config)
     try:
-        await _serve(config, storage)
+        storage = Storage(config, fence=cluster.store_fence.check if cluster else None)
+        try:
+            return await _serve(config, storage, cluster)
+        finally:
+            storage.close()
     finally:
-        storage.close()
+        if cluster is not None:
+            await asyncio.to_thread(cluster.stop)
 
 
-async def _serve(config: BrokerConfig, storage: Storage) -> None:
+async def _serve(config: BrokerConfig, storage: Storage, cluster: ClusterMember | None) -> int:
     from sluiceway.app.services import Services  # noqa: PLC0415  (late, as Storage)
 
     broker, _ = storage.open_broker()
-    services = Services(broker)
+    services = Services(broker, cluster)
     storage.notifier.attach(asyncio.get_running_loop(), services.synced)
     await services.start()
     tune_collector()
-    log.info("Sluiceway %s ready: %s", __version__, services.ready_line())
-    log.log(logging.WARNING if BUILD.warn else logging.INFO, "per-message path: %s", BUILD.reason)
     stop = asyncio.Event()
+    services.when_fenced(stop.set)
     loop = asyncio.get_running_loop()
+    # Before the ready line: a SIGTERM sent as soon as it is read stops the broker cleanly.
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    log.info("Sluiceway %s ready: %s", __version__, services.ready_line())
+    log.log(logging.WARNING if BUILD.warn else logging.INFO, "per-message path: %s", BUILD.reason)
     await stop.wait()
     log.info("shutting down: closing %d connections", services.connection_count)
     await services.stop()
     log.info("stopped")
+    return EXIT_FENCED if services.fenced is not None else 0
 
 
 if __name__ == "__main__":

@@ -305,6 +305,30 @@ LIST_DUR = (
     Column("Durable Sub State", "state", numeric=False),
 )
 
+# imqcmd's `list bkr`: the members of the cluster the broker belongs to.
+LIST_BKR = (
+    Column("Broker ID", "broker_id", numeric=False),
+    Column("Address", "address", numeric=False),
+    Column("State", "state", numeric=False),
+    Column("Msgs", "msgs"),
+    Column("Takeover Broker ID", "taken_over_by", numeric=False),
+    Column("Time since last status timestamp (seconds)", "heartbeat_age"),
+)
+
+
+def list_bkr(ctx: Context) -> None:
+    view = ctx.api.get("/cluster")
+    ctx.show(view, lambda: _bkr_text(view))
+
+
+def _bkr_text(view: dict[str, Any]) -> str:
+    if view["ha"]:
+        cluster = view["cluster_id"] or "(no cluster id)"
+        head = f"Brokers in cluster {cluster}, as broker {view['broker_id']} sees them:"
+    else:
+        head = "This broker is not a member of a cluster (imq.cluster.ha is false):"
+    return f"{head}\n\n{render(LIST_BKR, view['members'])}"
+
 
 def list_cxn(ctx: Context) -> None:
     rows = ctx.api.get("/connections")

@@ -9,6 +9,13 @@ batch is adopted on the event loop (`on_loop`), which runs nothing else meanwhil
 broker is only ever touched from its own thread. A batch holds at most BATCH_MESSAGES messages,
 and the reading thread waits for each batch to be adopted before it reads the next.
 
+Consumers wait (`gate`): each destination adopted into has its consumers paused from its first
+adopted message until `open_gate`, which the caller runs once this broker's store holds what was
+adopted. So nothing adopted is delivered, nor acknowledged, before then: a taker that dies in
+between leaves the failed member's store whole, and no acknowledgement of a message it still
+holds. With `redelivered`, every adopted message is flagged redelivered (a takeover tried again:
+some of them may have reached a consumer through the taker that died).
+
 What is adopted: every queue's messages, in order (the dead message queue's too), and every
 durable subscription with the messages it had not acknowledged. What is not: non-persistent
 messages (a journal never holds them), transactions still open (never written: rolled back),
@@ -18,6 +25,7 @@ it goes on from its own checkpoint elsewhere).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import shutil
@@ -46,10 +54,26 @@ BATCH_MESSAGES: Final = 500  # messages adopted per turn of the event loop
 T = TypeVar("T")
 
 
+ON_LOOP_TIMEOUT: Final = 60.0  # seconds a cluster thread waits for the event loop to run its call
+
+
 class OnLoop(Protocol):
     """Runs a function on the live broker's event loop and returns what it returned."""
 
     def __call__(self, fn: Callable[[], T]) -> T: ...
+
+
+def loop_caller(loop: asyncio.AbstractEventLoop) -> OnLoop:
+    """An OnLoop for threads other than `loop`'s: a loop that does not run the call within
+    ON_LOOP_TIMEOUT (it is stopping) makes it raise TimeoutError."""
+
+    def call(fn: Callable[[], T]) -> T:
+        async def run() -> T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(ON_LOOP_TIMEOUT)
+
+    return call
 
 
 @dataclass
@@ -74,10 +98,36 @@ class AdoptionReport:
 class StoreAdopter:
     """Adopts a failed member's journal store into `live`, whose loop `on_loop` runs on."""
 
-    def __init__(self, live: Broker, config: BrokerConfig, on_loop: OnLoop) -> None:
+    def __init__(
+        self,
+        live: Broker,
+        config: BrokerConfig,
+        on_loop: OnLoop,
+        *,
+        gate: bool = False,
+        redelivered: bool = False,
+    ) -> None:
         self._live = live
         self._config = config
         self._on_loop = on_loop
+        self._gate = gate
+        self._redelivered = redelivered
+        # Destinations whose consumers the gate paused (on the loop's thread only).
+        self._gated: list[Queue | Topic] = []
+
+    def _pass(self, destination: Queue | Topic) -> None:
+        """Before adopting into `destination`: pause its consumers, if the gate is on and
+        nobody paused them already."""
+        if self._gate and not destination.paused_consumers and destination not in self._gated:
+            destination.paused_consumers = True
+            self._gated.append(destination)
+
+    def open_gate(self) -> None:
+        """Let the consumers the gate paused go on (call on the loop)."""
+        gated, self._gated = self._gated, []
+        for destination in gated:
+            destination.paused_consumers = False
+            destination.resume_consumers()
 
     def adopt(self, store: JournalStore) -> AdoptionReport:
         """Read `store` back and adopt all it holds; call on a thread of its own. `store` is
@@ -112,14 +162,19 @@ class StoreAdopter:
                 return
             self._on_loop(functools.partial(self._into_queue, name, batch))
             report.messages += len(batch)
-            report.redelivered += sum(1 for message in batch if message.delivery_count)
+            report.redelivered += sum(
+                1 for message in batch if message.delivery_count or self._redelivered
+            )
             path = name.path
             report.by_destination[path] = report.by_destination.get(path, 0) + len(batch)
 
     def _into_queue(self, name: DestinationName, batch: list[Message]) -> None:
         queue = self._live.registry.recovered(name)
         assert isinstance(queue, Queue)
+        self._pass(queue)
         for message in batch:
+            if self._redelivered:
+                message.delivery_count = max(message.delivery_count, 1)
             adopt_queue_message(queue, message)
 
     def _adopt_topic(self, topic: Topic, report: AdoptionReport) -> None:
@@ -165,9 +220,13 @@ class StoreAdopter:
     ) -> None:
         topic = self._live.registry.recovered(name)
         assert isinstance(topic, Topic)
+        self._pass(topic)
         adoption = DurableAdoption(topic, self._live.store)
         for message, wanted in batch:
-            adoption.adopt(message, wanted)
+            if self._redelivered:
+                adoption.adopt(message, [(state, max(count, 1)) for state, count in wanted])
+            else:
+                adoption.adopt(message, wanted)
         adoption.wake()
 
 

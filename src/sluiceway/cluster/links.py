@@ -39,7 +39,7 @@ from sluiceway.cluster.peers import DatabasePeers, Peer, Peers
 from sluiceway.config.cluster import ClusterConfig
 from sluiceway.errors import ConfigError, SluicewayError
 from sluiceway.naming import DestinationName
-from sluiceway.persist.database import Database
+from sluiceway.persist.database import member_database
 
 log = logging.getLogger(__name__)
 
@@ -175,13 +175,7 @@ def cluster_links(
         timeout=max(config.jdbc_connect_timeout, config.lease_seconds),
         heartbeat_s=config.heartbeat_interval,
     )
-    database = Database.from_config(
-        config.jdbc_url,
-        config.jdbc_user,
-        config.jdbc_password_file,
-        config.jdbc_connect_timeout,
-    )
-    peers = DatabasePeers(database, config.cluster_id, config.broker_id)
+    peers = DatabasePeers(member_database(config), config.cluster_id, config.broker_id)
     return Links(local, peers, settings, peers_interval=config.monitor_interval)
 
 

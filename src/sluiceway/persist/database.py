@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit, urlunsplit
 
+from sluiceway.config.cluster import ClusterConfig
 from sluiceway.core.model.store import StoreError
 
 if TYPE_CHECKING:
@@ -69,13 +70,22 @@ class Database:
     user: str = ""
     password: str | None = None  # from the password file; None: the URL's, or libpq's own
     connect_timeout: float = 5.0
+    # What the server shows for its connections (pg_stat_activity): a broker's name its own
+    # (member_application), so that the member taking its store over can cut them off.
+    application_name: str = "sluiceway"
 
     @classmethod
     def from_config(
-        cls, url: str, user: str, password_file: str, connect_timeout: float
+        cls,
+        url: str,
+        user: str,
+        password_file: str,
+        connect_timeout: float,
+        *,
+        application_name: str = "sluiceway",
     ) -> Database:
         password = read_password_file(password_file) if password_file else None
-        return cls(url, user, password, connect_timeout)
+        return cls(url, user, password, connect_timeout, application_name)
 
     @property
     def shown(self) -> str:
@@ -94,7 +104,7 @@ class Database:
         options: dict[str, object] = {
             "autocommit": autocommit,
             "connect_timeout": max(1, round(self.connect_timeout)),
-            "application_name": "sluiceway",
+            "application_name": self.application_name,
         }
         if self.user:
             options["user"] = self.user
@@ -109,3 +119,21 @@ class Database:
                 "there and accepts this user (imq.persist.jdbc.postgresql.property.url, .user, "
                 ".password.file)"
             ) from error
+
+
+def member_application(cluster_id: str, broker_id: str) -> str:
+    """The application name of every connection of broker `broker_id` of cluster `cluster_id`
+    (both at most 23 characters: it fits PostgreSQL's 63)."""
+    return f"sluiceway {cluster_id}/{broker_id}"
+
+
+def member_database(config: ClusterConfig) -> Database:
+    """The database of broker `config.broker_id`'s jdbc store and cluster, as the configuration
+    names it, its connections named after the broker (member_application)."""
+    return Database.from_config(
+        config.jdbc_url,
+        config.jdbc_user,
+        config.jdbc_password_file,
+        config.jdbc_connect_timeout,
+        application_name=member_application(config.cluster_id, config.broker_id),
+    )

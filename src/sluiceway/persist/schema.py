@@ -45,7 +45,8 @@ UPGRADES: Final[dict[int, tuple[str, ...]]] = {
             written_by text NOT NULL
         )
         """,
-        # One row per broker of every cluster: its lease, its state, who took it over.
+        # One row per broker of every cluster: its lease, its state, who took it over, and the
+        # messages its store held at its last heartbeat (what `cmd list bkr` shows of others).
         """
         CREATE TABLE sluiceway_broker (
             cluster_id text NOT NULL,
@@ -63,6 +64,7 @@ UPGRADES: Final[dict[int, tuple[str, ...]]] = {
             taken_over_by text,
             takeover_started_at timestamptz,
             takeover_ended_at timestamptz,
+            messages bigint NOT NULL DEFAULT 0,
             PRIMARY KEY (cluster_id, broker_id)
         )
         """,

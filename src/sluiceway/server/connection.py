@@ -21,6 +21,11 @@ closing a socket with unread input makes the kernel answer with a reset, which d
 client has not read yet. So after such an ERROR the write side is shut (half-close: the client
 reads the ERROR, then end of stream), and whatever the client still sends is read and dropped
 until it closes its side, or stays quiet for DRAIN_QUIET_S, or CLOSE_LINGER_S have passed.
+
+A member of a cluster serves only while its lease holds (cluster.lease): the listener's `fence`
+is checked before each read is handed to the session and before each write, so a broker that
+was paused past its lease and resumed acts on nothing a client sent and sends nothing more but
+the ERROR that ends each connection.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, cast
 
-from sluiceway.errors import BadRequest, BrokerError, InternalError
+from sluiceway.errors import BadRequest, BrokerError, InternalError, Unavailable
 from sluiceway.server.snapshots import ConnectionInfo, Traffic
 from sluiceway.session.input_budget import InputBudget
 from sluiceway.session.render import error_frame
@@ -56,6 +61,18 @@ CLOSE_LINGER_S = 5.0  # after an ERROR, how long a client that does not read may
 # socket can close without a reset (a client that reads its ERROR and then holds the socket
 # open need not keep it for the whole linger).
 DRAIN_QUIET_S = 1.0
+# What each client of a broker that lost its cluster lease is told.
+LEASE_LOST = Unavailable(
+    "this broker lost its cluster lease; reconnect to another member",
+    "this broker lost its cluster lease (it could not renew it in time, or another member "
+    "took its store over): it serves nothing more; reconnect to another member of the cluster",
+)
+
+
+class Fence(Protocol):
+    """Whether this broker may still serve (a cluster member's lease; cluster.lease.Lease)."""
+
+    def holds(self) -> bool: ...
 
 
 class Serving(Protocol):
@@ -80,6 +97,11 @@ class Listening(Serving, Protocol):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def fence(self) -> Fence | None:
+        """None: not a cluster member, nothing to check."""
+        ...
 
     def admit(self, protocol: StompProtocol, address: str) -> BrokerError | None: ...
 
@@ -168,6 +190,8 @@ class StompProtocol(asyncio.Protocol):
     def _received(self, data: bytes) -> None:
         session = self.session
         assert session is not None
+        if self._fenced():
+            return
         self._last_read = self._loop.time()
         self.traffic.bytes_in += len(data)
         was_connected = session.state is SessionState.CONNECTED
@@ -311,7 +335,7 @@ class StompProtocol(asyncio.Protocol):
 
     def _write(self, data: bytes) -> None:
         transport = self._transport
-        if transport is None or transport.is_closing() or self._ending:
+        if transport is None or transport.is_closing() or self._ending or self._fenced():
             return
         # No frame leaves before the journal records it depends on are written.
         self._server.flush_store()
@@ -372,7 +396,7 @@ class StompProtocol(asyncio.Protocol):
         """One metered turn: control frames, then at most connection-flow-count messages."""
         self._pump_scheduled = False
         session = self.session
-        if session is None or self._closed or session.closing:
+        if session is None or self._closed or session.closing or self._fenced():
             return
         self._flush_control()
         turn = session.flow.count or UNMETERED_TURN
@@ -400,6 +424,18 @@ class StompProtocol(asyncio.Protocol):
             self._schedule_pump()  # after the event loop has read what arrived meanwhile
 
     # -- closing -----------------------------------------------------------------------------
+
+    def _fenced(self) -> bool:
+        """Whether this broker lost its cluster lease; the first time, the connection ends with
+        an ERROR saying so, written past the session (whose frames are never sent now)."""
+        fence = self._server.fence
+        if fence is None or fence.holds():
+            return False
+        transport = self._transport
+        if transport is not None and not self._ending and not transport.is_closing():
+            transport.write(error_frame(LEASE_LOST, None))
+            self._end()
+        return True
 
     def fail(self, error: BrokerError) -> None:
         """Send an ERROR and close (heart-beat timeout, shutdown, ...)."""
@@ -565,6 +601,8 @@ class StompProtocol(asyncio.Protocol):
     def shutdown(self) -> None:
         """The broker is stopping: tell the client why, then close (one already told why it
         ends is closed at once)."""
+        if self._fenced():
+            return  # told why already
         if self._ending and self._transport is not None:
             self._transport.close()
             return

@@ -20,7 +20,7 @@ from sluiceway.core.broker import Broker
 from sluiceway.core.values.connection_counts import MAX_CONNECTIONS, MAX_PER_ADDRESS
 from sluiceway.errors import BrokerError
 from sluiceway.security.access import Gate
-from sluiceway.server.connection import StompProtocol
+from sluiceway.server.connection import Fence, StompProtocol
 from sluiceway.server.snapshots import ConnectionInfo, Traffic
 from sluiceway.session.input_budget import CONNECT_FRAME_SIZE, INPUT_MAX, INPUT_TOTAL_MAX
 from sluiceway.session.session import StompSession
@@ -45,8 +45,16 @@ REFUSAL_LOG_INTERVAL_S: Final = 10.0
 class StompServer:
     """Serves one Broker over STOMP on one TCP port, with TLS when given an SSL context."""
 
-    def __init__(self, broker: Broker, name: str = "stomp", gate: Gate | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        name: str = "stomp",
+        gate: Gate | None = None,
+        fence: Fence | None = None,
+    ) -> None:
+        """`fence`: a cluster member's lease, checked on every read and write (None: none)."""
         self.broker = broker
+        self.fence = fence
         self.name = name  # the service's name in metrics: stomp, stomp-tls
         # With authentication, the users file and access rules every session of the broker
         # shares (one reading of each, re-read when its file changes); None makes one per session.

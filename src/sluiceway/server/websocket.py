@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Final
 from aiohttp import WSMsgType, hdrs, web
 
 from sluiceway.server.browsers import OriginPolicy, machine_name, served_names, shown
-from sluiceway.server.connection import CLOSE_LINGER_S, WRITE_CAP_FACTOR, StompProtocol
+from sluiceway.server.connection import CLOSE_LINGER_S, WRITE_CAP_FACTOR, Fence, StompProtocol
 from sluiceway.server.httpguard import ConnectionGuard, GuardLimits, handling, http_kwargs
 from sluiceway.server.stomp_server import StompServer
 
@@ -393,8 +393,14 @@ class WebSocketServer(StompServer):
     aiohttp's low-level HTTP server takes the WebSocket handshake.
     """
 
-    def __init__(self, broker: Broker, name: str = "ws", gate: Gate | None = None) -> None:
-        super().__init__(broker, name, gate)
+    def __init__(
+        self,
+        broker: Broker,
+        name: str = "ws",
+        gate: Gate | None = None,
+        fence: Fence | None = None,
+    ) -> None:
+        super().__init__(broker, name, gate, fence)
         self._http: web.Server | None = None
         self._listening: asyncio.Server | None = None
         self._stopping = False

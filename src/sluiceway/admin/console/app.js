@@ -651,6 +651,46 @@
     }
   }
 
+  // -- the cluster ----------------------------------------------------------------------------
+
+  const CLUSTER_COLUMNS = [
+    ["broker_id", String],
+    ["address", String],
+    ["state", String],
+    ["epoch", count],
+    ["msgs", count],
+    ["taken_over_by", (value) => value || "-"],
+    ["heartbeat_age", (value) => (value === null ? "-" : `${decimal.format(value)} s ago`)],
+  ];
+  const CLUSTER_EVENTS = 5; // the newest events shown under the members
+
+  // Shown only for a member of a cluster (imq.cluster.ha); a handful of rows, drawn anew.
+  function renderCluster(view) {
+    $("cluster").hidden = !view.ha;
+    if (!view.ha) return;
+    setText($("cluster-id"), view.cluster_id ? `cluster ${view.cluster_id}` : "");
+    $("cluster-body").replaceChildren(
+      ...view.members.map((member) => {
+        const tr = make("tr", { data: { broker: member.broker_id, state: member.state } });
+        tr.classList.toggle("this-broker", member.this_broker);
+        for (const [field, format] of CLUSTER_COLUMNS) {
+          const td = make("td", { data: { field } });
+          setField(td, member[field], format(member[field]));
+          tr.appendChild(td);
+        }
+        return tr;
+      }),
+    );
+    $("cluster-events").replaceChildren(
+      ...view.events.slice(0, CLUSTER_EVENTS).map((event) =>
+        make("li", {
+          text: `${new Date(event.at).toLocaleTimeString()} ${event.broker_id} ${event.kind}: ${event.detail}`,
+          data: { kind: event.kind },
+        }),
+      ),
+    );
+  }
+
   // -- rate charts ----------------------------------------------------------------------------
 
   // Messages in and out per second, one point per poll, on a <canvas>. It keeps the last
@@ -776,15 +816,17 @@
     state.again = false;
     clearTimeout(state.timer);
     try {
-      const [broker, destinations, consumers, producers, connections, metrics] = await Promise.all([
+      const [broker, destinations, consumers, producers, connections, metrics, cluster] = await Promise.all([
         api("GET", "/broker"),
         api("GET", "/destinations"),
         api("GET", "/consumers"),
         api("GET", "/producers"),
         api("GET", "/connections"),
         api("GET", "/metrics/broker"),
+        api("GET", "/cluster"),
       ]);
       renderOverview(broker);
+      renderCluster(cluster);
       renderDestinations(destinations, flowState(consumers, producers));
       renderConnections(connections);
       charts.broker.push(metrics.rates.msgs_in, metrics.rates.msgs_out);
