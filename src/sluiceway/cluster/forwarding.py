@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Final
 
-from sluiceway.protocol.frames import Frame
+from sluiceway.protocol.frames import DELIVERY_HEADERS, Frame
 
 VIA_HEADER: Final = "sluiceway_via"
 ORIGIN_ID_HEADER: Final = "sluiceway_origin_id"
@@ -30,22 +30,7 @@ LINK_SELECTOR: Final = f"{VIA_HEADER} IS NULL"
 
 # The MESSAGE headers the home broker wrote for its delivery, not the producer's: the SEND here
 # leaves them to this broker (destination, persistent, priority and expires are set again).
-_DELIVERY_HEADERS: Final = frozenset(
-    (
-        "subscription",
-        "message-id",
-        "destination",
-        "ack",
-        "redelivered",
-        "delivery-count",
-        "priority",
-        "persistent",
-        "expires",
-        "timestamp",
-        "sequence",
-        "content-length",
-    )
-)
+_DELIVERY_HEADERS: Final = DELIVERY_HEADERS
 
 # Message ids remembered per link as published here: enough to cover the messages a link can
 # have in flight (its windows, at most imq.cluster.consumerFlowLimit per destination) many times

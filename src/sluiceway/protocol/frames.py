@@ -98,3 +98,24 @@ def quote(data: bytes | bytearray | str) -> str:
         return repr(bytes(data) if isinstance(data, bytearray) else data)
     head = data[:_QUOTE_LIMIT]
     return repr(bytes(head) if isinstance(head, bytearray) else head) + "..."
+
+
+# The headers a broker writes on a MESSAGE for its delivery, not the producer's: a reader that
+# keeps the producer's headers (the Spark source's headers column, a cluster link forwarding the
+# message) leaves these out.
+DELIVERY_HEADERS: Final = frozenset(
+    {
+        "subscription",
+        "message-id",
+        "destination",
+        "ack",
+        "redelivered",
+        "delivery-count",
+        "priority",
+        "persistent",
+        "expires",
+        "timestamp",
+        "sequence",
+        "content-length",
+    }
+)

@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 )
 
 from sluiceway.client.pipeline import OutgoingMessage, PipelineMessage
+from sluiceway.protocol.frames import DELIVERY_HEADERS
 from sluiceway.spark.errors import SchemaMismatch
 
 SOURCE_SCHEMA: Final = StructType(
@@ -57,24 +58,7 @@ SOURCE_SCHEMA: Final = StructType(
 
 # Headers the broker sets on a MESSAGE (or the read adds): they have columns of their own or
 # mean nothing outside the read, so the `headers` column leaves them out.
-BROKER_HEADERS: Final = frozenset(
-    {
-        "subscription",
-        "message-id",
-        "destination",
-        "ack",
-        "redelivered",
-        "delivery-count",
-        "priority",
-        "persistent",
-        "expires",
-        "timestamp",
-        "sequence",
-        "content-length",
-        "lease",
-        "browser",
-    }
-)
+BROKER_HEADERS: Final = DELIVERY_HEADERS | {"lease", "browser"}
 
 # The source's metadata columns, which the sink accepts and ignores.
 _IGNORED_BY_SINK: Final = frozenset(field.name for field in SOURCE_SCHEMA) - {
