@@ -160,7 +160,15 @@ class Services:
         config, broker = self.config, self.broker
         if config.persist_store == "jdbc":
             root = Path(config.data_directory).resolve()
-            cluster.monitor.takeover = takeover_for(config, broker, root, cluster.database, on_loop)
+            links = self.links
+            cluster.monitor.takeover = takeover_for(
+                config,
+                broker,
+                root,
+                cluster.database,
+                on_loop,
+                forwarded=links.forwarded_from if links is not None else None,
+            )
         self.counts = SharedCounts(
             cluster.database,
             config.cluster_id,

@@ -95,27 +95,33 @@ class Link:
         self._attach(await self._connect_any(attempts_per_address=1))
 
     async def _connect_any(self, attempts_per_address: int | None) -> Wire:
-        """Try every address, `imqAddressListIterations` times; raise ConnectFailedError."""
+        """Try every address, `imqAddressListIterations` times, each `attempts_per_address`
+        times in a row; raise ConnectFailedError. With no limit (None, imqReconnectAttempts
+        -1), the list is tried over and over, one attempt an address, until one answers: the
+        members of a cluster are listed so that a client finds the one that took over."""
         settings = self.settings
         failures: list[str] = []
-        for _ in range(settings.address_list_iterations):
+        iterations = settings.address_list_iterations if attempts_per_address is not None else 1
+        in_a_row = attempts_per_address if attempts_per_address is not None else 1
+        iteration = 0
+        while attempts_per_address is None or iteration < iterations:
+            iteration += 1
             for host, port in settings.addresses:
-                attempt = 0
-                while attempts_per_address is None or attempt < attempts_per_address:
-                    attempt += 1
+                for attempt in range(1, in_a_row + 1):
                     try:
                         return await self._connect_once(host, port)
                     except BrokerError:
                         raise  # the broker answered and refused: retrying will not help
                     except (OSError, ClientError, ProtocolError, TimeoutError) as exc:
                         failures.append(f"{host}:{port}: {exc}")
+                        del failures[:-5]
                         if self.generation:  # connected before: this was a reconnection attempt
                             self._failed_reconnect_attempts += 1
                         if self._closed:
                             raise ConnectionClosedError("the connection was closed") from None
-                        if attempts_per_address is None or attempt < attempts_per_address:
+                        if attempts_per_address is None or attempt < in_a_row:
                             await asyncio.sleep(settings.reconnect_interval)
-        raise ConnectFailedError("could not connect: " + "; ".join(failures[-5:]))
+        raise ConnectFailedError("could not connect: " + "; ".join(failures))
 
     async def _connect_once(self, host: str, port: int) -> Wire:
         timeout = self.settings.ack_timeout or CONNECT_TIMEOUT

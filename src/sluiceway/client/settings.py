@@ -24,7 +24,8 @@ Attributes (Open MQ name: keyword, default; meaning):
 - imqAckOnProduce: ack_on_produce, unset; true: every send waits for a receipt, false: none
   does, unset: persistent ones do
 - imqReconnectEnabled: reconnect_enabled, false; reopen a lost connection
-- imqReconnectAttempts: reconnect_attempts, 0; attempts per address (-1: no limit; 0: one)
+- imqReconnectAttempts: reconnect_attempts, 0; attempts per address (-1: no limit, the list
+  tried over and over; 0: one)
 - imqReconnectInterval: reconnect_interval, 3000 ms / 3.0 s; pause between attempts
 - imqPingInterval: ping_interval, 30 s; heart-beat interval both ways (0: none)
 - imqQueueBrowserMaxMessagesPerRetrieve: queue_browser_max_messages_per_retrieve, 1000

@@ -85,13 +85,15 @@ class AdoptionReport:
     durables: int = 0
     durable_messages: int = 0
     dropped_durables: list[str] = field(default_factory=list)  # replaced here by their client
+    here_already: int = 0  # queue messages a link had brought here already: not adopted again
     by_destination: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
     def summary(self) -> str:
         return (
-            f"{self.messages} queue messages ({self.redelivered} to be redelivered), "
-            f"{self.durables} durable subscriptions with {self.durable_messages} messages"
+            f"{self.messages} queue messages ({self.redelivered} to be redelivered, "
+            f"{self.here_already} here already over a link), {self.durables} durable "
+            f"subscriptions with {self.durable_messages} messages"
         )
 
 
@@ -106,14 +108,20 @@ class StoreAdopter:
         *,
         gate: bool = False,
         redelivered: bool = False,
+        here_already: Callable[[str], bool] = lambda message_id: False,
     ) -> None:
+        """`here_already(message_id)`: whether a queue message of the failed member reached
+        this broker over a link already (its home's acknowledgement lost with the home): it is
+        not adopted again. Asked on the loop's thread."""
         self._live = live
+        self._here_already = here_already
         self._config = config
         self._on_loop = on_loop
         self._gate = gate
         self._redelivered = redelivered
         # Destinations whose consumers the gate paused (on the loop's thread only).
         self._gated: list[Queue | Topic] = []
+        self.skipped = 0  # queue messages not adopted: they came over a link already
 
     def _pass(self, destination: Queue | Topic) -> None:
         """Before adopting into `destination`: pause its consumers, if the gate is on and
@@ -150,6 +158,7 @@ class StoreAdopter:
             swap.close()
             shutil.rmtree(swap_directory, ignore_errors=True)
         report.seconds = time.monotonic() - started
+        report.here_already = self.skipped
         return report
 
     def _adopt_queue(self, queue: Queue, report: AdoptionReport) -> None:
@@ -160,22 +169,29 @@ class StoreAdopter:
                 batch.append(message)
             if not batch:
                 return
-            self._on_loop(functools.partial(self._into_queue, name, batch))
-            report.messages += len(batch)
-            report.redelivered += sum(
-                1 for message in batch if message.delivery_count or self._redelivered
-            )
+            adopted, flagged = self._on_loop(functools.partial(self._into_queue, name, batch))
+            report.messages += adopted
+            report.redelivered += flagged
             path = name.path
-            report.by_destination[path] = report.by_destination.get(path, 0) + len(batch)
+            report.by_destination[path] = report.by_destination.get(path, 0) + adopted
 
-    def _into_queue(self, name: DestinationName, batch: list[Message]) -> None:
+    def _into_queue(self, name: DestinationName, batch: list[Message]) -> tuple[int, int]:
+        """Adopt `batch` into queue `name`: how many were adopted (not here already), and how
+        many of those go out flagged redelivered."""
         queue = self._live.registry.recovered(name)
         assert isinstance(queue, Queue)
         self._pass(queue)
+        adopted = flagged = 0
         for message in batch:
+            if self._here_already(message.id):
+                self.skipped += 1
+                continue
             if self._redelivered:
                 message.delivery_count = max(message.delivery_count, 1)
+            flagged += message.delivery_count > 0
             adopt_queue_message(queue, message)
+            adopted += 1
+        return adopted, flagged
 
     def _adopt_topic(self, topic: Topic, report: AdoptionReport) -> None:
         name = topic.name

@@ -80,6 +80,12 @@ class Links:
         self._task: asyncio.Task[None] | None = None
         self._peers_failing = False  # told once per outage of the members' source
 
+    def forwarded_from(self, broker_id: str, message_id: str) -> bool:
+        """Whether a link published here, lately, the message `message_id` of member
+        `broker_id` (forwarding.Seen: the latest ids, in memory). Call on the loop."""
+        seen = self.seen.get(broker_id)
+        return seen is not None and message_id in seen
+
     def start(self) -> None:
         """Start following the members and the demand (on the broker's event loop)."""
         self._task = asyncio.create_task(self._watch(), name="sluiceway-links")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -43,6 +44,14 @@ log = logging.getLogger(__name__)
 SYNC_POLL: Final = 0.01  # seconds between two looks at this broker's synced position
 
 
+# Whether a link brought member `broker_id`'s message `message_id` here (Links.forwarded_from).
+Forwarded = Callable[[str, str], bool]
+
+
+def _never(message_id: str) -> bool:
+    return False
+
+
 class TakeoverLost(StoreError):
     """Another member claimed the store again while this broker adopted it."""
 
@@ -59,10 +68,13 @@ class StoreTakeover:
         on_loop: OnLoop,
         *,
         sync_timeout: float,
+        forwarded: Forwarded | None = None,
     ) -> None:
         """`root`: this broker's data directory (the journal's names are
         relative to it, as every member's are); `sync_timeout`: seconds to wait for this
-        broker's store to make the adopted messages durable."""
+        broker's store to make the adopted messages durable; `forwarded(broker_id,
+        message_id)`: whether a link brought that member's message here already (its
+        acknowledgement lost with the member), so that it is not adopted twice."""
         self._config = config
         self._broker = broker
         self._store: MessageStore = broker.store
@@ -70,14 +82,21 @@ class StoreTakeover:
         self._database = database
         self._on_loop = on_loop
         self._sync_timeout = sync_timeout
+        self._forwarded = forwarded
 
     def take_over(self, broker_id: str, epoch: int) -> TakenOver:
         retried = self._tried_before(broker_id)
         files = PgFiles(
             self._database, self._config.cluster_id, broker_id, self._root, exclusive=False
         )
+        forwarded = self._forwarded
         adopter = StoreAdopter(
-            self._broker, self._config, self._on_loop, gate=True, redelivered=retried
+            self._broker,
+            self._config,
+            self._on_loop,
+            gate=True,
+            redelivered=retried,
+            here_already=(lambda mid: forwarded(broker_id, mid)) if forwarded else _never,
         )
         try:
             journal = Journal(
@@ -172,10 +191,22 @@ def _log(broker_id: str, report: AdoptionReport, retried: bool) -> None:
 
 
 def takeover_for(
-    config: BrokerConfig, broker: Broker, root: Path, database: Database, on_loop: OnLoop
+    config: BrokerConfig,
+    broker: Broker,
+    root: Path,
+    database: Database,
+    on_loop: OnLoop,
+    *,
+    forwarded: Forwarded | None = None,
 ) -> StoreTakeover:
     """The takeover of a broker with this configuration: it waits for its own store as long as
     a lease lasts."""
     return StoreTakeover(
-        config, broker, root, database, on_loop, sync_timeout=max(10.0, config.lease_seconds)
+        config,
+        broker,
+        root,
+        database,
+        on_loop,
+        sync_timeout=max(10.0, config.lease_seconds),
+        forwarded=forwarded,
     )
