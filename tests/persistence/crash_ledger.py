@@ -24,6 +24,7 @@ and then settles what was in flight, so that it is held to the same rules from t
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,10 @@ class Figures:
     delivered_from: Counter[str] = field(default_factory=Counter)  # deliveries by destination
     duplicates: int = 0  # deliveries of a message delivered before
     flagged: int = 0  # duplicates that carried redelivered:true
+    # Duplicates without the flag, of messages first delivered just before a kill of a broker
+    # whose kill forgets the last deliveries (Ledger's `forgetting`): their DELIVERED records
+    # were not yet committed.
+    forgotten: int = 0
     commits: int = 0  # COMMITs of sending transactions confirmed by a RECEIPT
     commits_in_doubt: Counter[str] = field(default_factory=Counter)  # "all", "none" at a kill
     ack_commits: int = 0  # COMMITs of acknowledging transactions confirmed by a RECEIPT
@@ -65,7 +70,13 @@ class Figures:
 class Ledger:
     """Shared by the clients' threads; every method takes the lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, forgetting: float = 0.0) -> None:
+        """`forgetting`: seconds before a kill within which a delivery may be forgotten by the
+        store, as a power cut forgets it on a disk (0: none may be): on the jdbc store a
+        DELIVERED record is durable at its group commit, not when the MESSAGE is written."""
+        self.forgetting = forgetting
+        self.first_delivered: dict[str, float] = {}  # key -> monotonic time of its first delivery
+        self.last_kill = float("-inf")
         self.lock = threading.Lock()
         self.room = threading.Condition(self.lock)  # notified when an acknowledgement is confirmed
         self.destination: dict[str, str] = {}  # key -> where it was sent
@@ -147,13 +158,27 @@ class Ledger:
                 self.figures.duplicates += 1
                 if redelivered:
                     self.figures.flagged += 1
+                elif self._forgotten(key):
+                    self.figures.forgotten += 1
                 else:
                     self.violations.append(f"{key} delivered again without redelivered:true")
+            else:
+                self.first_delivered[key] = time.monotonic()
             self.seen.add(key)
             # It exists, whether or not its RECEIPT came (and if its transaction was committing,
             # so do the others of the transaction: checked after a restart).
             if key in self.destination:
                 self._exists(key)
+
+    def killed(self) -> None:
+        """The broker is being killed now."""
+        with self.lock:
+            self.last_kill = time.monotonic()
+
+    def _forgotten(self, key: str) -> bool:
+        """Whether the store may have forgotten `key`'s first delivery at the last kill."""
+        first = self.first_delivered.get(key, float("-inf"))
+        return self.forgetting > 0 and self.last_kill - self.forgetting <= first <= self.last_kill
 
     def _check_delivery(self, key: str, destination: str) -> None:
         if key not in self.destination:

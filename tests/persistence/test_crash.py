@@ -164,16 +164,18 @@ class CrashLoop:
         args: tuple[str, ...] = (),
         lister: Lister | None = None,
         every: float = SAMPLE_S,
+        forgetting: float = 0.0,
     ) -> None:
         """`args`: more broker arguments (another store); `lister` lists its segment files
-        (by default, those of the journal directory), every `every` seconds."""
+        (by default, those of the journal directory), every `every` seconds; `forgetting`: see
+        crash_ledger.Ledger."""
         self.data = data
         self.args = args
         self.lister = lister or (lambda: list_directory(data / "journal"))
         self.every = every
         self.seed = seed
         self.rng = random.Random(seed)
-        self.ledger = Ledger()
+        self.ledger = Ledger(forgetting=forgetting)
         self.segments = Segments()
         self.figures = Figures()
         self.started = time.monotonic()
@@ -209,6 +211,7 @@ class CrashLoop:
                     self.figures.missed[moment] += 1
             finally:
                 life.stop.set()
+                self.ledger.killed()
                 broker.kill()  # closes the clients' connections, which ends their threads
                 watch.stop.set()
                 for thread in [*clients, watch]:
