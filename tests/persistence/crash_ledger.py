@@ -59,6 +59,9 @@ class Figures:
     # whose kill forgets the last deliveries (Ledger's `forgetting`): their DELIVERED records
     # were not yet committed.
     forgotten: int = 0
+    # ... and messages such a kill forgot altogether: delivered just before it, their SEND (or
+    # COMMIT) not yet receipted, so their ADD not yet committed either: never promised.
+    forgotten_sends: int = 0
     commits: int = 0  # COMMITs of sending transactions confirmed by a RECEIPT
     commits_in_doubt: Counter[str] = field(default_factory=Counter)  # "all", "none" at a kill
     ack_commits: int = 0  # COMMITs of acknowledging transactions confirmed by a RECEIPT
@@ -73,9 +76,12 @@ class Ledger:
     def __init__(self, *, forgetting: float = 0.0) -> None:
         """`forgetting`: seconds before a kill within which a delivery may be forgotten by the
         store, as a power cut forgets it on a disk (0: none may be): on the jdbc store a
-        DELIVERED record is durable at its group commit, not when the MESSAGE is written."""
+        DELIVERED record is durable at its group commit, not when the MESSAGE is written. A
+        store that forgets also forgets a message delivered before its SEND was receipted,
+        however long before the kill: it was never promised."""
         self.forgetting = forgetting
         self.first_delivered: dict[str, float] = {}  # key -> monotonic time of its first delivery
+        self.receipted: set[str] = set()  # keys whose SEND's or COMMIT's RECEIPT arrived
         self.last_kill = float("-inf")
         self.lock = threading.Lock()
         self.room = threading.Condition(self.lock)  # notified when an acknowledgement is confirmed
@@ -105,6 +111,7 @@ class Ledger:
         with self.lock:
             self.sending.discard(key)
             self._exists(key)
+            self.receipted.add(key)
             self.figures.receipted += 1
 
     def sending_in(self, transaction: str, key: str, destination: str) -> None:
@@ -124,6 +131,7 @@ class Ledger:
             for key in pending.keys:
                 del self.transaction_of[key]
                 self._exists(key)
+                self.receipted.add(key)
             self.figures.receipted += len(pending.keys)
             self.figures.commits += 1
 
@@ -174,6 +182,15 @@ class Ledger:
         """The broker is being killed now."""
         with self.lock:
             self.last_kill = time.monotonic()
+
+    def _why_known(self, key: str) -> str:
+        """How the ledger knew `key` existed: for a lost message's report."""
+        if key in self.receipted:
+            return "receipted"
+        first = self.first_delivered.get(key)
+        if first is None:
+            return "found after an earlier restart"
+        return f"delivered {self.last_kill - first:.3f} s before the kill, never receipted"
 
     def _forgotten(self, key: str) -> bool:
         """Whether the store may have forgotten `key`'s first delivery at the last kill."""
@@ -262,8 +279,13 @@ class Ledger:
                 self.violations.append(f"{key} found missing after an earlier kill, now there")
             self._settle_acks(there)
             lost = (self.confirmed | self.seen) - self.acked - there
+            forgotten = {key for key in lost if key not in self.receipted and self.forgetting}
+            lost -= forgotten
+            self.figures.forgotten_sends += len(forgotten)
+            self.void |= forgotten  # never promised, and gone: must never appear again
+            self.confirmed -= forgotten
             self.figures.lost += len(lost)
-            self.violations.extend(f"{key} lost" for key in sorted(lost))
+            self.violations.extend(f"{key} lost ({self._why_known(key)})" for key in sorted(lost))
             self._settle_sends(there)
             self.waiting = Counter(found.values())
 
