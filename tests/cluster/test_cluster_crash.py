@@ -34,7 +34,7 @@ from tests.soak import iterations
 ROUNDS = iterations(suite=2, soak=20)
 MESSAGES = 200  # sent each round
 QUEUE = "/queue/crash"
-ARRIVAL_WAIT = 60.0  # seconds for every receipted message to arrive, after the takeover
+ARRIVAL_WAIT = 25.0  # seconds for the takeover, then for every receipted message to arrive
 
 
 class Acknowledging(stomp.ConnectionListener):  # type: ignore[misc]

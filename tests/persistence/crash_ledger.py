@@ -190,6 +190,8 @@ class Ledger:
         first = self.first_delivered.get(key)
         if first is None:
             return "found after an earlier restart"
+        if first > self.last_kill:
+            return "delivered, never receipted"
         return f"delivered {self.last_kill - first:.3f} s before the kill, never receipted"
 
     def _forgotten(self, key: str) -> bool:
