@@ -127,7 +127,7 @@ INPUT_CASES: list[Case] = [
     Case(
         "websocket-message-before-connect",
         probe_websocket_before_connect,
-        ("423", "imq.stomp.connect.max_frame_size", 1000),
+        ("423", "imq.stomp.connect.max_frame_size", True),
         properties={"imq.stomp.ws.port": "0"},
     ),
     Case(

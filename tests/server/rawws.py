@@ -82,6 +82,15 @@ class RawWebSocket:
         assert opcode == CLOSE, (opcode, payload)
         return int(struct.unpack("!H", payload[:2])[0]) if len(payload) >= 2 else 0
 
+    def expect_close_or_reset(self, timeout: float = TIMEOUT) -> int | None:
+        """The broker's close frame's status code, or None when the connection ended without
+        one we could read: the broker closing while our own upload was still unread makes the
+        kernel reset the connection, which discards what we had not read yet."""
+        try:
+            return self.expect_close(timeout)
+        except ConnectionError:  # (a reset, or the end of the stream; never a timeout)
+            return None
+
     def close(self) -> None:
         self.sock.close()
 
