@@ -85,3 +85,8 @@ def parse_destination(path: str) -> DestinationName:
 # client id starts with it moves messages between members, so a queue weighs what it sends
 # against what this member holds, not the whole cluster's (the message leaves another member).
 CLUSTER_LINK_PREFIX: Final = "sluiceway.link."
+
+# The queues a cluster member keeps for subscribers of durable subscriptions that live on
+# another member (cluster.durables). Made by the member when such a subscriber attaches, never
+# on first use: the links ask every member for them, and only a member that has one serves it.
+DURABLE_QUEUE_PREFIX: Final = "sluiceway.durable."

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from sluiceway.cluster.durables import SharedDurables
 from sluiceway.cluster.links import Links
 from sluiceway.cluster.peer_link import LinkSettings
 from sluiceway.cluster.peers import Peer, Peers, StaticPeers
@@ -47,8 +48,16 @@ class Member:
         assert broker is not None
         return self.call(lambda: broker.registry.get(parse_destination(path)))
 
-    def link_to(self, peers: Peers, *, flow_limit: int = 1000, **settings: Any) -> Links:
-        """Start this member's links to `peers`, on its broker's event loop."""
+    def link_to(
+        self,
+        peers: Peers,
+        *,
+        flow_limit: int = 1000,
+        durables: SharedDurables | None = None,
+        **settings: Any,
+    ) -> Links:
+        """Start this member's links to `peers`, on its broker's event loop; with `durables`,
+        the record of durable subscriptions they share."""
         broker = self.broker.broker
         assert broker is not None
         link_settings = LinkSettings(
@@ -58,14 +67,22 @@ class Member:
             flow_limit=flow_limit,
             **settings,
         )
-        links = Links(broker, peers, link_settings, peers_interval=0.2)
+        record = None if durables is None else durables.member(self.broker_id)
+        links = Links(broker, peers, link_settings, peers_interval=0.2, durables=record)
         links.demand_interval = DEMAND_INTERVAL
         return self.run(links)
 
     def run(self, links: Links) -> Links:
         """Start `links` on this member's event loop; stop_links stops them."""
+        broker = self.broker.broker
+        assert broker is not None
         self.links = links
-        self.call(links.start)
+
+        def start() -> None:
+            broker.durable_homes = links.directory
+            links.start()
+
+        self.call(start)
         return links
 
     def stop_links(self, grace: float | None = None) -> None:
@@ -118,9 +135,10 @@ def cluster(make_broker: Callable[..., BrokerThread]) -> Iterator[Callable[..., 
         ids = [chr(ord("a") + len(members) + i) for i in range(count)]
         made = [Member(i, make_broker((properties or {}).get(i))) for i in ids]
         members.extend(made)
+        durables = SharedDurables()
         for member in made:
             others = [other.peer for other in made if other is not member]
-            member.link_to(StaticPeers(others), flow_limit=flow_limit)
+            member.link_to(StaticPeers(others), flow_limit=flow_limit, durables=durables)
         return made
 
     yield make

@@ -252,3 +252,4 @@ def test_a_member_without_a_plain_stomp_listener_is_refused() -> None:
 class Demandless:
     connections: dict[int, Any] = {}  # noqa: RUF012  (never changed)
     durables: dict[tuple[str, str], Any] = {}  # noqa: RUF012
+    registry: Any = None

@@ -12,6 +12,7 @@ from sluiceway.persist.database import Database, DatabaseError
 from sluiceway.persist.schema import (
     SCHEMA_VERSION,
     TABLES,
+    UPGRADES,
     check_schema,
     delete_schema,
     ensure_schema,
@@ -30,6 +31,27 @@ def test_the_tables_are_created_once_and_shown(pg_url: str) -> None:
     assert set(state.rows) == set(TABLES)
     assert state.rows["sluiceway_schema"] == 1
     check_schema(database)
+
+
+def test_a_version_1_database_is_upgraded_keeping_its_rows(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as connection:
+        for statement in UPGRADES[1]:
+            connection.execute(statement)
+        connection.execute("INSERT INTO sluiceway_schema (version, written_by) VALUES (1, 'old')")
+        connection.execute(
+            "INSERT INTO sluiceway_broker (cluster_id, broker_id, state) VALUES ('c', 'a', 'UP')"
+        )
+    database = Database(pg_url)
+    with pytest.raises(DatabaseError, match="version 1, older than this broker's"):
+        check_schema(database)
+    before = show_schema(database)
+    assert before.version == 1
+    assert "sluiceway_durable" not in before.rows
+    assert ensure_schema(database, create=False) == (1, SCHEMA_VERSION)
+    check_schema(database)
+    after = show_schema(database)
+    assert after.rows["sluiceway_broker"] == 1
+    assert after.rows["sluiceway_durable"] == 0
 
 
 def test_a_newer_schema_is_refused_naming_both_versions(pg_url: str) -> None:

@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from sluiceway.admin import model
+from sluiceway.cluster.durables import DurableDirectory
 from sluiceway.cluster.lease import MemberState
 from sluiceway.cluster.table import Event, Member
 
@@ -54,6 +55,16 @@ class ClusterEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class DurableHome:
+    """A durable subscription of the cluster and the member it lives on (cluster.durables):
+    a subscriber attaching on any member is served from there."""
+
+    client_id: str
+    name: str
+    broker_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterView:
     """The cluster this broker is a member of (ha False: a broker of its own)."""
 
@@ -63,6 +74,7 @@ class ClusterView:
     members: list[MemberSnapshot]
     events: list[ClusterEvent]
     takeovers: int  # takeovers this broker completed since it started
+    durables: list[DurableHome]  # as this broker last read the cluster's record
 
 
 def cluster_view(services: BrokerView) -> ClusterView:
@@ -79,6 +91,7 @@ def cluster_view(services: BrokerView) -> ClusterView:
             members=[_this_broker(services, messages)],
             events=[],
             takeovers=0,
+            durables=_durables(services),
         )
     return ClusterView(
         ha=True,
@@ -87,7 +100,17 @@ def cluster_view(services: BrokerView) -> ClusterView:
         members=[_member(m, config.broker_id, messages) for m in snapshot.members],
         events=[_event(event) for event in snapshot.events],
         takeovers=cluster.monitor.takeovers,
+        durables=_durables(services),
     )
+
+
+def _durables(services: BrokerView) -> list[DurableHome]:
+    directory = services.broker.durable_homes
+    if not isinstance(directory, DurableDirectory):
+        return []
+    homes = dict(directory.homes)
+    homes.update(dict.fromkeys(directory.own, directory.broker_id))
+    return [DurableHome(key[0], key[1], home) for key, home in sorted(homes.items())]
 
 
 def _this_broker(services: BrokerView, messages: int) -> MemberSnapshot:

@@ -199,6 +199,8 @@ class Services:
             self.every_tick(self.history.tick)
         if config.cluster_ha:
             self.links = cluster_links(self.broker, config, self.addresses().get("stomp"))
+            # Subscribers here of durable subscriptions living on other members (cluster.durables).
+            self.broker.durable_homes = self.links.directory
             self.links.start()
         if self.gate is not None:  # deleted users and revoked rights reach open connections
             watcher = AccessWatcher(self.gate, lambda: open_sessions(self.listeners))

@@ -27,6 +27,7 @@ from typing import Final, Protocol
 from sluiceway.core.connection import CoreConnection
 from sluiceway.core.model.browsing import BrowserSubscription, TopicBrowserSubscription
 from sluiceway.core.model.queue import QueueSubscription
+from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.model.subscription import Subscription
 from sluiceway.core.model.topic import DurableSubscription, Topic, TopicSubscription
 from sluiceway.core.values.flow import UNLIMITED_STAGING
@@ -46,14 +47,17 @@ def is_link(connection: CoreConnection) -> bool:
 
 
 class LocalConsumers(Protocol):
-    """The part of the core the demand is read from (core.broker): the open connections, and
-    the durable subscriptions by client id and name, with the topic of each."""
+    """The part of the core the demand is read from (core.broker): the open connections, the
+    durable subscriptions by client id and name, with the topic of each, and the destinations."""
 
     @property
     def connections(self) -> Mapping[int, CoreConnection]: ...
 
     @property
     def durables(self) -> Mapping[tuple[str, str], Topic]: ...
+
+    @property
+    def registry(self) -> DestinationRegistry: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,10 @@ every link what to carry:
   imq.cluster.consumerFlowLimit.
 
 Every imq.cluster.monitor.interval it asks `Peers` who the members are (a database query, on a
-thread of the default executor) and starts or stops links to match.
+thread of the default executor) and starts or stops links to match, and exchanges the record of
+durable subscriptions (cluster.durables): a subscriber here of one that lives on another member
+gets a DurableLink (cluster.durable_link) to that member while it has room, and one it ended
+here is ended there.
 """
 
 from __future__ import annotations
@@ -29,15 +32,23 @@ import contextlib
 import ipaddress
 import logging
 import stat
+from functools import partial
 from pathlib import Path
 from typing import Final
 
 from sluiceway.cluster.demand import Demand, LocalConsumers, read_demand
+from sluiceway.cluster.durable_link import DurableLink, end_at_home
+from sluiceway.cluster.durables import (
+    DatabaseDurables,
+    DurableDirectory,
+    DurableRecords,
+    own_durables,
+)
 from sluiceway.cluster.forwarding import Seen
 from sluiceway.cluster.peer_link import Budget, LinkSettings, PeerLink
 from sluiceway.cluster.peers import DatabasePeers, Peer, Peers
 from sluiceway.config.cluster import ClusterConfig
-from sluiceway.errors import ConfigError, SluicewayError
+from sluiceway.errors import BrokerError, ClientError, ConfigError, ProtocolError, SluicewayError
 from sluiceway.naming import DestinationName
 from sluiceway.persist.database import member_database
 
@@ -47,7 +58,9 @@ DEMAND_INTERVAL_S: Final = 0.25  # how often the local demand is read and handed
 
 
 def wanted_routes(demand: Demand, flow_limit: int) -> dict[DestinationName, int]:
-    """The destinations every link should carry for `demand`, each with its window."""
+    """The destinations every link should carry for `demand`, each with its window. Among the
+    queues, those of subscribers of durable subscriptions living elsewhere: what another member
+    holds in its own such queue (its subscriber left it there) comes here with the queue."""
     wanted = {
         name: min(flow_limit, queue.room) for name, queue in demand.queues.items() if queue.room > 0
     }
@@ -67,6 +80,7 @@ class Links:
         *,
         peers_interval: float,
         demand_interval: float = DEMAND_INTERVAL_S,
+        durables: DurableRecords | None = None,
     ) -> None:
         self.local = local
         self.peers = peers
@@ -74,6 +88,15 @@ class Links:
         self.peers_interval = peers_interval
         self.demand_interval = demand_interval
         self.links: dict[str, PeerLink] = {}  # by the member's broker id
+        self._members: dict[str, Peer] = {}  # the members linked to, by broker id
+        # Durable subscriptions across members (cluster.durables): the record, what it says,
+        # and the links that bring those living elsewhere to their subscribers here.
+        self.durables = durables
+        self.directory = DurableDirectory(settings.broker_id)
+        self.durable_links: dict[DestinationName, DurableLink] = {}  # by the queue read here
+        self._durable_seen: dict[DestinationName, Seen] = {}
+        self._durables_failing = False
+        self._removal_failing: set[tuple[str, str]] = set()
         # What each member's link published here, kept while the member's link is made again.
         self.seen: dict[str, Seen] = {}
         self.budget = Budget()  # what the links may publish here until the next reading
@@ -98,33 +121,130 @@ class Links:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for link in list(self.links.values()):
+        for link in [*self.links.values(), *self.durable_links.values()]:
             await link.stop(grace)
         self.links.clear()
-        close = getattr(self.peers, "close", None)
-        if close is not None:
-            await asyncio.to_thread(close)
+        self.durable_links.clear()
+        for source in (self.peers, self.durables):
+            close = getattr(source, "close", None)
+            if close is not None:
+                await asyncio.to_thread(close)
 
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
         next_peers = loop.time()
         while True:
             try:
-                if loop.time() >= next_peers:
+                members_round = loop.time() >= next_peers
+                if members_round:
                     await self._follow_peers()
+                    await self._exchange_durables()
                     next_peers = loop.time() + self.peers_interval
-                self._follow_demand()
+                demand = self._follow_demand()
+                await self._follow_durables(demand)
+                # A removal is tried at once, then once a round while it fails.
+                if members_round or set(self.directory.removals) - self._removal_failing:
+                    await self._end_removed()
             except Exception:  # the links must survive a bug in one reading
                 log.exception("following the cluster's members and demand failed")
             await asyncio.sleep(self.demand_interval)
 
-    def _follow_demand(self) -> None:
+    def _follow_demand(self) -> Demand:
         demand = read_demand(self.local)
         self.budget.refresh({name: queue.room for name, queue in demand.queues.items()})
         wanted = wanted_routes(demand, self.settings.flow_limit)
         for link in self.links.values():
             link.want(wanted)
             link.wake()  # messages waiting for budget may go now
+        return demand
+
+    async def _exchange_durables(self) -> None:
+        """Record this broker's durable subscriptions and read where the others' live."""
+        if self.durables is None:
+            return
+        own = own_durables(self.local)
+        try:
+            homes = await asyncio.to_thread(self.durables.exchange, own)
+        except SluicewayError as exc:  # keep what was read last until it can be read again
+            if not self._durables_failing:
+                log.warning("cannot exchange the cluster's durable subscriptions: %s", exc)
+            self._durables_failing = True
+            return
+        self._durables_failing = False
+        self.directory.update(homes, [(client_id, name) for client_id, name, _ in own])
+
+    async def _follow_durables(self, demand: Demand) -> None:
+        """A DurableLink for every queue here whose subscriber reads a durable subscription
+        living on an operating member, to that member; the others stopped."""
+        queues = [name for name, queue in demand.queues.items() if queue.consumers]
+        directory = self.directory
+        directory.detach(set(directory.attachments) - set(queues))
+        wanted: dict[DestinationName, DurableLink] = {}
+        for queue, attachment in directory.attached(queues).items():
+            peer = self._member(directory.home(attachment.key))
+            if peer is None:
+                continue  # its home does not operate now: its subscriber waits
+            link = self.durable_links.get(queue)
+            if link is None or link.peer != peer or link.attachment != attachment:
+                seen = self._durable_seen.setdefault(queue, Seen())
+                link = DurableLink(
+                    peer,
+                    self.settings,
+                    attachment,
+                    queue,
+                    seen=seen,
+                    budget=self.budget,
+                    read=partial(self._read_here, queue),
+                )
+            wanted[queue] = link
+        for queue, link in list(self.durable_links.items()):
+            if wanted.get(queue) is not link:
+                del self.durable_links[queue]
+                await link.stop()
+        for queue in list(self._durable_seen):
+            if queue not in self.directory.attachments:
+                del self._durable_seen[queue]
+        for queue, link in wanted.items():
+            if queue not in self.durable_links:
+                self.durable_links[queue] = link
+                link.start()
+            room = demand.queues[queue].room
+            link.want({queue: min(self.settings.flow_limit, room)} if room > 0 else {})
+            link.wake()
+
+    def _read_here(self, queue: DestinationName) -> bool:
+        """Whether a subscriber reads `queue` here now."""
+        destination = self.local.registry.get(queue)
+        return destination is not None and destination.subscription_count > 0
+
+    def _member(self, broker_id: str | None) -> Peer | None:
+        """The member `broker_id` as linked to; this broker itself over its own listener."""
+        if broker_id == self.settings.broker_id:
+            return Peer(broker_id, self.settings.local_host, self.settings.local_port)
+        return None if broker_id is None else self._members.get(broker_id)
+
+    async def _end_removed(self) -> None:
+        """End at their homes the durable subscriptions their subscribers ended here."""
+        for key, home in list(self.directory.removals.items()):
+            peer = self._members.get(home)
+            if peer is None:
+                continue  # its home does not operate now: tried again when it does
+            try:
+                await end_at_home(peer, self.settings, key)
+            except (OSError, TimeoutError, ClientError, BrokerError, ProtocolError) as exc:
+                if key not in self._removal_failing:
+                    self._removal_failing.add(key)
+                    log.warning(
+                        "cannot end durable subscription %r of client %r on member %s yet, "
+                        "trying again: %s",
+                        key[1],
+                        key[0],
+                        home,
+                        exc,
+                    )
+                continue
+            self._removal_failing.discard(key)
+            self.directory.removed(key)
 
     async def _follow_peers(self) -> None:
         try:
@@ -141,6 +261,7 @@ class Links:
         """Link to exactly `peers`: new members get a link, gone ones lose theirs, a member
         that moved gets a new one."""
         current = {peer.broker_id: peer for peer in peers}
+        self._members = current
         for broker_id, link in list(self.links.items()):
             if current.get(broker_id) != link.peer:
                 del self.links[broker_id]
@@ -181,8 +302,10 @@ def cluster_links(
         timeout=max(config.jdbc_connect_timeout, config.lease_seconds),
         heartbeat_s=config.heartbeat_interval,
     )
-    peers = DatabasePeers(member_database(config), config.cluster_id, config.broker_id)
-    return Links(local, peers, settings, peers_interval=config.monitor_interval)
+    database = member_database(config)
+    peers = DatabasePeers(database, config.cluster_id, config.broker_id)
+    durables = DatabaseDurables(database, config.cluster_id, config.broker_id)
+    return Links(local, peers, settings, peers_interval=config.monitor_interval, durables=durables)
 
 
 def read_link_password(path: str) -> str:

@@ -46,9 +46,10 @@ from typing import Final
 from sluiceway.client.link import Link
 from sluiceway.client.settings import ClientSettings
 from sluiceway.cluster.demand import link_client_id
+from sluiceway.cluster.durables import is_durable_queue
 from sluiceway.cluster.forwarding import LINK_SELECTOR, Seen, forwarded
 from sluiceway.cluster.peers import Peer
-from sluiceway.errors import BrokerError, ClientError, ProtocolError, RemoteProtocolError
+from sluiceway.errors import BrokerError, ClientError, ProtocolError, RemoteProtocolError, Status
 from sluiceway.naming import DestinationKind, DestinationName
 from sluiceway.protocol.frames import Frame
 
@@ -236,10 +237,27 @@ class PeerLink:
                 await asyncio.sleep(pause)
             pause = min(pause * 2, LINK_RETRY_MAX_S)
 
+    def _upstream_client_id(self) -> str:
+        """The client id the link connects to its peer with."""
+        return link_client_id(self.settings.broker_id)
+
+    def _subscription(self, route: Route) -> dict[str, str]:
+        """The SUBSCRIBE headers of `route` at the peer (its id, ack mode and window are set)."""
+        return {"destination": route.name.path, "selector": LINK_SELECTOR}
+
+    def _may_publish(self) -> bool:
+        """Whether what arrived may be published here now (beyond the room budget)."""
+        return True
+
+    def _forwarded(self, frame: Frame) -> Frame:
+        """The SEND that publishes here a MESSAGE received from the peer."""
+        return forwarded(frame, self.peer.broker_id)
+
     async def _connect(self) -> None:
         settings = self.settings
         client_id = link_client_id(settings.broker_id)
-        self._upstream = Link(settings.client(self.peer.host, self.peer.port, client_id))
+        upstream_id = self._upstream_client_id()
+        self._upstream = Link(settings.client(self.peer.host, self.peer.port, upstream_id))
         self._local = Link(settings.client(settings.local_host, settings.local_port, client_id))
         async with asyncio.timeout(settings.timeout):
             await self._upstream.open()
@@ -276,7 +294,7 @@ class PeerLink:
         batch: list[tuple[Route, Frame]] = []
         waiting: deque[tuple[Route, Frame]] = deque()
         for item in self._inbox:
-            if len(batch) < MAX_BATCH and self.budget.take(item[0].name):
+            if len(batch) < MAX_BATCH and self._may_publish() and self.budget.take(item[0].name):
                 batch.append(item)
             else:
                 waiting.append(item)
@@ -310,21 +328,19 @@ class PeerLink:
     async def _subscribe(self, upstream: Link, name: DestinationName, window: int) -> None:
         route = Route(self, name, f"link-{next(self._ids)}", window)
         upstream.register(route)  # before the RECEIPT: messages may follow right behind it
-        frame = Frame(
-            "SUBSCRIBE",
-            {
-                "destination": name.path,
-                "id": route.subscription_id,
-                "ack": "client-individual",
-                "selector": LINK_SELECTOR,
-                "consumer-flow-limit": str(window),
-            },
-        )
+        headers = self._subscription(route)
+        headers["id"] = route.subscription_id
+        headers["ack"] = "client-individual"
+        headers["consumer-flow-limit"] = str(window)
+        frame = Frame("SUBSCRIBE", headers)
         try:
             await upstream.request(frame, self.settings.timeout)
         except BrokerError as exc:  # refused there (access rights, limits): try again later
             upstream.unregister(route)
-            self._rest(name, f"member {self.peer.broker_id} refused the subscription: {exc}")
+            # A durable subscriber's queue exists only where one attached: not a fault.
+            quiet = exc.status is Status.NOT_FOUND and is_durable_queue(name)
+            why = f"member {self.peer.broker_id} refused the subscription: {exc}"
+            self._rest(name, why, quiet=quiet)
             return
         self._routes[name] = route
 
@@ -336,11 +352,16 @@ class PeerLink:
         frame = Frame("UNSUBSCRIBE", {"id": route.subscription_id})
         await upstream.request(frame, self.settings.timeout)
 
-    def _rest(self, name: DestinationName, why: str) -> None:
+    def _rest(self, name: DestinationName, why: str, *, quiet: bool = False) -> None:
         if name in self._resting:
             return  # told once per rest
-        log.warning(
-            "link to member %s leaves %s for %.0f s: %s", self.peer, name, REFUSED_PAUSE_S, why
+        log.log(
+            logging.DEBUG if quiet else logging.WARNING,
+            "link to member %s leaves %s for %.0f s: %s",
+            self.peer,
+            name,
+            REFUSED_PAUSE_S,
+            why,
         )
         self._resting[name] = asyncio.get_running_loop().time() + REFUSED_PAUSE_S
 
@@ -360,12 +381,11 @@ class PeerLink:
                 fresh.append((route, frame))
         if not fresh:
             return
-        origin = self.peer.broker_id
         # Every SEND asks for its own RECEIPT, so a refusal (a failed receipt: the connection
         # stays) names the one message it refuses. The requests start in order, and each
         # writes its SEND before it first waits, so the SENDs go out in arrival order.
         outcomes = await asyncio.gather(
-            *(local.request(forwarded(frame, origin), None) for _, frame in fresh),
+            *(local.request(self._forwarded(frame), None) for _, frame in fresh),
             return_exceptions=True,
         )
         accepted = [

@@ -11,11 +11,16 @@ the default executor, never on the event loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from sluiceway.persist.database import Database, DatabaseError
+
+if TYPE_CHECKING:
+    import psycopg
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +84,38 @@ class StaticPeers:
         return list(self.peers)
 
 
+class KeptConnection:
+    """One connection to the shared database, kept open between the reads a broker makes every
+    monitor interval and opened again after a failure. Blocking: call it off the event loop."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self._connection: object | None = None
+
+    def run(self, query: Callable[[psycopg.Connection[tuple[object, ...]]], T], what: str) -> T:
+        """`query` on the connection; a failure closes it and raises DatabaseError saying
+        what could not be done (`what`: "read the members of cluster 'c1'")."""
+        import psycopg  # noqa: PLC0415  (late: the driver is the cluster extra's)
+
+        try:
+            connection = self._connection
+            if not isinstance(connection, psycopg.Connection) or connection.closed:
+                connection = self._connection = self.database.connect(autocommit=True)
+            return query(connection)
+        except psycopg.Error as error:
+            self.close()
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise DatabaseError(
+                f"cannot {what} from the database {self.database.shown}: {reason}"
+            ) from error
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        close = getattr(connection, "close", None)
+        if close is not None:
+            close()
+
+
 class DatabasePeers:
     """The operating members of `cluster_id` as the shared database records them.
 
@@ -91,22 +128,12 @@ class DatabasePeers:
         self.database = database
         self.cluster_id = cluster_id
         self.broker_id = broker_id
-        self._connection: object | None = None
+        self._kept = KeptConnection(database)
         self._bad: set[tuple[str, str]] = set()  # rows warned about, so each is told once
 
     def current(self) -> list[Peer]:
         """The members; raises DatabaseError when the database cannot be read."""
-        import psycopg  # noqa: PLC0415  (late: the driver is the cluster extra's)
-
-        try:
-            rows = self._read()
-        except psycopg.Error as error:
-            self.close()
-            reason = " ".join(str(error).split()) or type(error).__name__
-            raise DatabaseError(
-                f"cannot read the members of cluster {self.cluster_id!r} from the database "
-                f"{self.database.shown}: {reason}"
-            ) from error
+        rows = self._kept.run(self._read, f"read the members of cluster {self.cluster_id!r}")
         peers = []
         for broker_id, address in rows:
             try:
@@ -117,18 +144,10 @@ class DatabasePeers:
                     log.warning("not linking to a member: %s", error)
         return peers
 
-    def _read(self) -> list[tuple[str, str]]:
-        import psycopg  # noqa: PLC0415  (late: the driver is the cluster extra's)
-
-        connection = self._connection
-        if not isinstance(connection, psycopg.Connection) or connection.closed:
-            connection = self._connection = self.database.connect(autocommit=True)
+    def _read(self, connection: psycopg.Connection[tuple[object, ...]]) -> list[tuple[str, str]]:
         with connection.cursor() as cursor:
             cursor.execute(_OPERATING_PEERS, (self.cluster_id, OPERATING, self.broker_id))
             return [(str(row[0]), str(row[1])) for row in cursor.fetchall()]
 
     def close(self) -> None:
-        connection, self._connection = self._connection, None
-        close = getattr(connection, "close", None)
-        if close is not None:
-            close()
+        self._kept.close()

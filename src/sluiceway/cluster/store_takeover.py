@@ -170,6 +170,13 @@ class StoreTakeover:
                     f"DELETE FROM {rows} WHERE cluster_id = %s AND broker_id = %s",  # noqa: S608
                     (cluster_id, broker_id),
                 )
+            # Its durable subscriptions live here now (those replaced here are let go by this
+            # broker's next exchange of its durables, cluster.durables).
+            connection.execute(
+                "UPDATE sluiceway_durable SET broker_id = %s, updated_at = now() "
+                "WHERE cluster_id = %s AND broker_id = %s",
+                (self._config.broker_id, cluster_id, broker_id),
+            )
             forget_member(connection, cluster_id, broker_id)
 
 

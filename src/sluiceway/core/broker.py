@@ -32,7 +32,7 @@ from sluiceway.config import (
     change_settings,
     update_config,
 )
-from sluiceway.core.connection import ConnectionParts, CoreConnection
+from sluiceway.core.connection import ConnectionParts, CoreConnection, DurableHomes
 from sluiceway.core.containers.pending import Spill
 from sluiceway.core.features.cursors import Cursors
 from sluiceway.core.features.dead_letters import DeadLetters
@@ -117,6 +117,8 @@ class Broker:
         self.producers = ProducerControl(self._live, self.context, self.registry, self.disk)
         # Durable subscriptions by (client id, name), and the topic that keeps each.
         self.durables: dict[tuple[str, str], Topic] = {}
+        # In a cluster, where the durable subscriptions that live on other members are.
+        self.durable_homes: DurableHomes | None = None
         self._next_durable_id = 0
         # Refusals by the limits on counts clients make grow (core.values.counts).
         self.refusals = CountRefusals()
@@ -217,10 +219,44 @@ class Broker:
             return state
         return self.durable_state(topic, record.client_id, record.name, _selector(record.selector))
 
+    def serve_elsewhere(
+        self, client_id: str, name: str, topic: DestinationName, selector: str
+    ) -> DestinationName | None:
+        """The queue a subscriber of a durable subscription that lives on another member of
+        the cluster reads here (core.connection.DurableBook); made if new."""
+        homes = self.durable_homes
+        if homes is None or (client_id, name) in self.durables:
+            return None  # one that lives here is served here
+        served = homes.serve(client_id, name, topic, selector)
+        if served is None:
+            return None
+        queue = self.registry.recovered(served)  # made whatever imq.autocreate.queue says
+        if queue.subscription_count:
+            raise Conflict(
+                "durable subscription in use",
+                f"durable subscription {name!r} of client {client_id!r} already has a "
+                "subscriber attached",
+            )
+        return served
+
+    def elsewhere(self, client_id: str, name: str) -> DestinationName | None:
+        homes = self.durable_homes
+        if homes is None or (client_id, name) in self.durables:
+            return None
+        return homes.queue_of(client_id, name)
+
     def remove_durable(self, client_id: str, name: str) -> None:
-        """Delete a durable subscription and what its topic kept for it."""
+        """Delete a durable subscription and what its topic kept for it; one that lives on
+        another member of the cluster is ended there, and what was brought here for it with
+        it."""
         key = (client_id, name)
         topic = self.durables.get(key)
+        served = self.elsewhere(client_id, name)
+        if topic is None and served is not None and self.durable_homes is not None:
+            self.durable_homes.remove(client_id, name)
+            if self.registry.get(served) is not None:
+                self.destroy_destination(served)
+            return
         if topic is None:
             raise NotFound(
                 "no such durable subscription",

@@ -35,7 +35,7 @@ from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
 from sluiceway.core.values.message_ids import MessageIds
 from sluiceway.errors import BadRequest, BrokerError, Conflict, InternalError, ResourceFull
-from sluiceway.naming import DestinationName
+from sluiceway.naming import DestinationKind, DestinationName
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,41 @@ class DurableBook(Protocol):
     ) -> DurableState: ...
 
     def remove_durable(self, client_id: str, name: str) -> None: ...
+
+    def serve_elsewhere(
+        self, client_id: str, name: str, topic: DestinationName, selector: str
+    ) -> DestinationName | None:
+        """For a subscriber of durable subscription `name` of `client_id` attaching here: the
+        queue it reads when the subscription lives on another broker of a cluster (that
+        broker's messages for it are brought to this queue), None when it lives here or is
+        new. Raises Conflict when a subscriber reads that queue already."""
+        ...
+
+    def elsewhere(self, client_id: str, name: str) -> DestinationName | None:
+        """The queue subscribers of durable subscription `name` of `client_id` read here when
+        it lives on another broker (serve_elsewhere); None when it does not."""
+        ...
+
+
+class DurableHomes(Protocol):
+    """Where a cluster's durable subscriptions live, as this broker knows it (cluster.durables):
+    a subscriber that attaches here to one that lives on another member reads a queue here
+    that brings it that member's messages for it."""
+
+    def serve(
+        self, client_id: str, name: str, topic: DestinationName, selector: str
+    ) -> DestinationName | None:
+        """The queue a subscriber attaching here reads, when the subscription lives elsewhere
+        (noted, with its topic and selector, for what brings its messages here)."""
+        ...
+
+    def queue_of(self, client_id: str, name: str) -> DestinationName | None:
+        """That queue, when the subscription lives elsewhere; nothing is noted."""
+        ...
+
+    def remove(self, client_id: str, name: str) -> None:
+        """End the subscription where it lives (done later, off this thread)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +300,8 @@ class CoreConnection(Producer):
                 limit="imq.stomp.max_subscriptions",
                 limit_value=str(limit),
             )
+        if durable_name is not None and not browser:
+            name, durable_name = self._served_where(name, durable_name, selector)
         destination = self._registry.resolve(name)
         state = None
         if durable_name is not None and not browser:
@@ -317,6 +354,18 @@ class CoreConnection(Producer):
         subscription.refill()
         return subscription
 
+    def _served_where(
+        self, name: DestinationName, durable_name: str, selector: MessageFilter | None
+    ) -> tuple[DestinationName, str | None]:
+        """Where a subscriber of durable subscription `durable_name` on topic `name` reads: the
+        subscription here, or, when it lives on another member of a cluster, the queue here
+        that brings its messages (then no durable name)."""
+        if not self.client_id or name.kind is not DestinationKind.TOPIC:
+            return name, durable_name
+        text = selector.text if selector is not None else ""
+        served = self._parts.durables.serve_elsewhere(self.client_id, durable_name, name, text)
+        return (name, durable_name) if served is None else (served, None)
+
     def _durable_state(
         self, destination: Destination, name: str, selector: MessageFilter | None
     ) -> DurableState:
@@ -342,11 +391,16 @@ class CoreConnection(Producer):
 
     def remove_durable(self, name: str) -> None:
         """Delete durable subscription `name` of this client id (detaching it here first)."""
+        served = self._parts.durables.elsewhere(self.client_id or "", name)
         for subscription in list(self.subscriptions.values()):
-            if isinstance(subscription, DurableSubscription) and subscription.state.key == (
-                self.client_id,
-                name,
-            ):
+            if (
+                isinstance(subscription, DurableSubscription)
+                and subscription.state.key
+                == (
+                    self.client_id,
+                    name,
+                )
+            ) or (served is not None and subscription.destination.name == served):
                 self.unsubscribe(subscription.id)
         self._parts.durables.remove_durable(self.client_id or "", name)
 

@@ -21,7 +21,7 @@ from sluiceway.persist.database import Database, DatabaseError
 if TYPE_CHECKING:
     import psycopg
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 # pg_advisory_xact_lock key for creating and upgrading the schema: "SLUICEWY" in ASCII.
 SCHEMA_LOCK: Final = 0x534C55494345_5759
 
@@ -32,6 +32,7 @@ TABLES: Final = (
     "sluiceway_chunk",
     "sluiceway_event",
     "sluiceway_destination",
+    "sluiceway_durable",
 )
 
 # Each version's statements, applied in order from the database's version to SCHEMA_VERSION.
@@ -110,6 +111,21 @@ UPGRADES: Final[dict[int, tuple[str, ...]]] = {
             bytes bigint NOT NULL,
             updated_at timestamptz NOT NULL DEFAULT now(),
             PRIMARY KEY (cluster_id, broker_id, destination)
+        )
+        """,
+    ),
+    2: (
+        # Every durable subscription of a cluster and the member it lives on: a subscriber that
+        # attaches on another member is served from there (cluster.durables).
+        """
+        CREATE TABLE sluiceway_durable (
+            cluster_id text NOT NULL,
+            client_id text NOT NULL,
+            name text NOT NULL,
+            topic text NOT NULL,
+            broker_id text NOT NULL,
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (cluster_id, client_id, name)
         )
         """,
     ),
@@ -196,6 +212,10 @@ def show_schema(database: Database) -> SchemaState:
         rows: dict[str, int] = {}
         if version:
             for table in TABLES:
+                there = connection.execute("SELECT to_regclass(%s) IS NOT NULL", (table,))
+                found = there.fetchone()
+                if not found or not found[0]:
+                    continue  # a table of a later version than the database's
                 row = connection.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608
                 rows[table] = int(row[0]) if row else 0  # type: ignore[call-overload]
     return SchemaState(version, rows)

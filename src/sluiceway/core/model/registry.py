@@ -11,7 +11,7 @@ from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.errors import Forbidden, NotFound
-from sluiceway.naming import DestinationKind, DestinationName
+from sluiceway.naming import DURABLE_QUEUE_PREFIX, DestinationKind, DestinationName
 
 
 class DestinationRegistry:
@@ -68,6 +68,13 @@ class DestinationRegistry:
                 "reserved destination name",
                 f"destination {name} cannot be created: names beginning with 'mq.' are reserved "
                 "for the broker",
+            )
+        if name.name.startswith(DURABLE_QUEUE_PREFIX):
+            raise NotFound(
+                "no such destination",
+                f"destination {name} does not exist here: such a queue exists only on a member "
+                "of a cluster where a subscriber of a durable subscription living elsewhere "
+                "attached",
             )
         if not self._config.current.autocreate_enabled(name.kind):
             raise NotFound(
