@@ -98,3 +98,20 @@ def test_an_unreachable_database_and_a_missing_url_are_one_line_each(
     status, _, err = dbmgr(capsys, "create", "version", "-D", f"{URL}={url}")
     assert status == 2
     assert "`create tbl`" in err
+
+
+def test_the_schema_verbs_work_under_cmd_too(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = ("-D", f"{URL}={pg_url}")
+    assert main(["cmd", "create", "tbl", *database]) == 0
+    assert f"(schema version {SCHEMA_VERSION})" in capsys.readouterr().out
+    assert main(["cmd", "show", "version", *database]) == 0
+    assert f"schema version {SCHEMA_VERSION}" in capsys.readouterr().out
+    assert main(["cmd", "upgrade", "tbl", *database]) == 0
+    assert "are current" in capsys.readouterr().out
+    assert main(["cmd", "delete", "tbl", "-f", *database]) == 0
+    assert "deleted the tables" in capsys.readouterr().out
+    # Other objects of the same verbs stay imqcmd's, which needs a broker.
+    with pytest.raises(SystemExit):
+        main(["cmd", "show", "dst"])

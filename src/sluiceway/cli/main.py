@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(as_dbmgr(sys.argv[1:] if argv is None else list(argv)))
     if args.command == "broker":
         return run_broker(args)
     if args.command == "cmd":
@@ -88,6 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         return bench.run(args)
     return 2  # argparse rejects unknown commands before this
+
+
+def as_dbmgr(argv: list[str]) -> list[str]:
+    """`sluiceway cmd create tbl` (and upgrade tbl, show version, show tbl, delete tbl) is
+    `sluiceway dbmgr ...`: the schema verbs work without a broker, so they are dbmgr's."""
+    if len(argv) >= 3 and argv[0] == "cmd" and argv[2] in dbmgr.VERBS.get(argv[1], ()):
+        return ["dbmgr", *argv[1:]]
+    return argv
 
 
 def run_broker(args: argparse.Namespace) -> int:
