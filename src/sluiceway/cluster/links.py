@@ -36,7 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
-from sluiceway.cluster.demand import Demand, LocalConsumers, read_demand
+from sluiceway.cluster.demand import Demand, LocalConsumers, is_link, read_demand
 from sluiceway.cluster.durable_link import DurableLink, end_at_home
 from sluiceway.cluster.durables import (
     DatabaseDurables,
@@ -48,6 +48,8 @@ from sluiceway.cluster.forwarding import Seen
 from sluiceway.cluster.peer_link import Budget, LinkSettings, PeerLink
 from sluiceway.cluster.peers import DatabasePeers, Peer, Peers
 from sluiceway.config.cluster import ClusterConfig
+from sluiceway.core.connection import CoreConnection
+from sluiceway.core.model.queue import Queue
 from sluiceway.errors import BrokerError, ClientError, ConfigError, ProtocolError, SluicewayError
 from sluiceway.naming import DestinationName
 from sluiceway.persist.database import member_database
@@ -213,9 +215,14 @@ class Links:
             link.wake()
 
     def _read_here(self, queue: DestinationName) -> bool:
-        """Whether a subscriber reads `queue` here now."""
+        """Whether a subscriber reads `queue` here now (another member's link does not count)."""
         destination = self.local.registry.get(queue)
-        return destination is not None and destination.subscription_count > 0
+        if not isinstance(destination, Queue):
+            return False
+        return any(
+            not isinstance(s.connection, CoreConnection) or not is_link(s.connection)
+            for s in destination.consumers
+        )
 
     def _member(self, broker_id: str | None) -> Peer | None:
         """The member `broker_id` as linked to; this broker itself over its own listener."""

@@ -69,7 +69,7 @@ from sluiceway.errors import (
     NotFound,
     ResourceFull,
 )
-from sluiceway.naming import DestinationKind, DestinationName
+from sluiceway.naming import CLUSTER_LINK_PREFIX, DestinationKind, DestinationName
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ class Broker:
         if served is None:
             return None
         queue = self.registry.recovered(served)  # made whatever imq.autocreate.queue says
-        if queue.subscription_count:
+        if isinstance(queue, Queue) and _read_by_client(queue):
             raise Conflict(
                 "durable subscription in use",
                 f"durable subscription {name!r} of client {client_id!r} already has a "
@@ -504,3 +504,14 @@ def _changed(
 
 def _selector(text: str) -> MessageFilter | None:
     return compile_selector(text) if text.strip() else None
+
+
+def _read_by_client(queue: Queue) -> bool:
+    """Whether a client reads `queue`: a subscriber, not a cluster link taking what is there to
+    another member."""
+    for subscription in (*queue.consumers, *queue.backups):
+        connection = subscription.connection
+        client_id = connection.client_id if isinstance(connection, CoreConnection) else None
+        if client_id is None or not client_id.startswith(CLUSTER_LINK_PREFIX):
+            return True
+    return False
