@@ -344,7 +344,9 @@ def test_a_websocket_message_before_connect_is_refused_while_it_arrives(
             "imq.stomp.connect.max_frame_size",
         )
         assert error.headers["message"].startswith("frame too large before CONNECT")
-        assert ws.expect_close() == 1000
+        # Closed: with a normal close frame, or, when the close crossed the rest of our upload,
+        # by the connection's end (test_hardening's probe says why). Never left open.
+        assert ws.expect_close_or_reset() in (1000, None)
     finally:
         ws.close()
     wait_until(lambda: input_held(ws_broker) == 0)
