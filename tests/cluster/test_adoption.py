@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from sluiceway.client.pipeline import PipelineConnection
+from sluiceway.client.pipeline_values import PipelineSettings
 from sluiceway.cluster.adoption import AdoptionReport, StoreAdopter
 from sluiceway.persist.journal import Journal
 from sluiceway.persist.journal_store import JournalStore
@@ -156,3 +158,30 @@ def test_what_was_adopted_survives_a_restart_of_the_adopter(victim_directory: Pa
             consumer.disconnect()
     finally:
         shutil.rmtree(live_directory, ignore_errors=True)
+
+
+def test_messages_held_by_open_leases_are_adopted_flagged(victim_directory: Path) -> None:
+    """A pipeline's open leases hold messages out of the queue: a takeover adopts them too (the
+    lease itself is the failed member's), in lease order, ahead of the queue's pending ones."""
+    properties = {"imq.persist.file.directory": str(victim_directory)}
+    with BrokerThread(properties) as victim:
+        send_all(victim.port, QUEUE, [f"q{n}" for n in range(10)])
+        with PipelineConnection(PipelineSettings(port=victim.port)) as pipe:
+            assert [m.body for m in pipe.read_lease(QUEUE, "g/1", max_messages=3)] == [
+                b"q0",
+                b"q1",
+                b"q2",
+            ]
+            assert len(list(pipe.read_lease(QUEUE, "g/2", max_messages=2))) == 2
+            assert len(list(pipe.read_lease(QUEUE, "g/3", max_messages=2))) == 2
+            pipe.ack_lease(QUEUE, "g/2")  # consumed: q3 and q4 never come back
+    with BrokerThread() as live:
+        report = adopt(live, victim_directory)
+        assert report.messages == 8
+        consumer, got = connect(live.port)
+        subscribe(consumer, got, QUEUE, "q")
+        queue = got.wait_messages(8)
+        assert [frame.body for frame in queue] == ["q0", "q1", "q2", "q5", "q6", "q7", "q8", "q9"]
+        flagged = [frame.body for frame in queue if frame.headers.get("redelivered") == "true"]
+        assert flagged == ["q0", "q1", "q2", "q5", "q6"]
+        consumer.disconnect()

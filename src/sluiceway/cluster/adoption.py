@@ -16,11 +16,12 @@ between leaves the failed member's store whole, and no acknowledgement of a mess
 holds. With `redelivered`, every adopted message is flagged redelivered (a takeover tried again:
 some of them may have reached a consumer through the taker that died).
 
-What is adopted: every queue's messages, in order (the dead message queue's too), and every
-durable subscription with the messages it had not acknowledged. What is not: non-persistent
-messages (a journal never holds them), transactions still open (never written: rolled back),
-and topic cursors, queue leases and stages (a pipeline reader's position on the failed member;
-it goes on from its own checkpoint elsewhere).
+What is adopted: every queue's messages, in order (the dead message queue's too), those its
+open leases held first, and every durable subscription with the messages it had not
+acknowledged. What is not: non-persistent messages (a journal never holds them), transactions
+still open (never written: rolled back), and the topic cursors, the queue leases themselves
+and the stages (a pipeline reader's position on the failed member; a leased message comes back
+to its queue flagged redelivered, as when a lease expires).
 """
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ class StoreAdopter:
             restore_broker(store, scratch)
             for destination in list(scratch.registry):
                 if isinstance(destination, Queue):
+                    self._adopt_leased(scratch, destination, report)
                     self._adopt_queue(destination, report)
                 elif isinstance(destination, Topic) and destination.durables:
                     self._adopt_topic(destination, report)
@@ -161,19 +163,34 @@ class StoreAdopter:
         report.here_already = self.skipped
         return report
 
+    def _adopt_leased(self, scratch: Broker, queue: Queue, report: AdoptionReport) -> None:
+        """The messages the failed member's open queue leases held, first: they left the head
+        of the queue before its pending ones. Each was delivered once by its lease, so it comes
+        back flagged redelivered. (Read, not taken: nothing is written to the failed member's
+        store, which a takeover tried again reads whole.)"""
+        for lease in scratch.leases.open_leases(queue.name):
+            start = 0
+            while batch := lease.messages.read_at(start, BATCH_MESSAGES):
+                start += len(batch)
+                self._adopt_batch(queue.name, batch, report)
+
     def _adopt_queue(self, queue: Queue, report: AdoptionReport) -> None:
-        name = queue.name
         while True:
             batch: list[Message] = []
             while len(batch) < BATCH_MESSAGES and (message := queue.pending.pop()) is not None:
                 batch.append(message)
             if not batch:
                 return
-            adopted, flagged = self._on_loop(functools.partial(self._into_queue, name, batch))
-            report.messages += adopted
-            report.redelivered += flagged
-            path = name.path
-            report.by_destination[path] = report.by_destination.get(path, 0) + adopted
+            self._adopt_batch(queue.name, batch, report)
+
+    def _adopt_batch(
+        self, name: DestinationName, batch: list[Message], report: AdoptionReport
+    ) -> None:
+        adopted, flagged = self._on_loop(functools.partial(self._into_queue, name, batch))
+        report.messages += adopted
+        report.redelivered += flagged
+        path = name.path
+        report.by_destination[path] = report.by_destination.get(path, 0) + adopted
 
     def _into_queue(self, name: DestinationName, batch: list[Message]) -> tuple[int, int]:
         """Adopt `batch` into queue `name`: how many were adopted (not here already), and how

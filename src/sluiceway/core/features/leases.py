@@ -414,6 +414,17 @@ class Leases:
 
     # -- persistence ----------------------------------------------------------------------------
 
+    def open_leases(self, queue: DestinationName) -> list[Lease]:
+        """The open leases of `queue`, in the order they were made (which is the order their
+        messages left the queue): what a takeover adopts from a failed member's store."""
+        leases = [
+            lease
+            for (name, _), group in self._groups.items()
+            if name == queue
+            for lease in group.open.values()
+        ]
+        return sorted(leases, key=lambda lease: lease.lease_id)
+
     def snapshot(self, cursors: list[CursorRecord]) -> LeaseSnapshot:
         """Everything a new journal segment must restate (with the cursors given)."""
         groups = [
