@@ -25,7 +25,7 @@ from sluiceway.client.pipeline import (
     StageState,
 )
 from sluiceway.client.producer import RetryPolicy
-from sluiceway.errors import ConnectFailedError, NotFound, ResourceFull, Unauthorized
+from sluiceway.errors import BrokerError, ConnectFailedError, NotFound, ResourceFull, Unauthorized
 from sluiceway.security.users import UserFile
 from sluiceway.testing import BrokerThread
 from tests.conftest import BrokerFactory
@@ -203,6 +203,26 @@ def test_staged_messages_are_published_once_by_the_commit(broker: BrokerThread) 
             "m3",
             "m4",
         ]
+
+
+def test_a_commit_whose_counts_the_stages_do_not_hold_publishes_nothing(
+    broker: BrokerThread,
+) -> None:
+    with connect(broker) as connection:
+        connection.send_many(messages("/queue/counted", 3), stage="sink-c/4/0.0")
+        connection.send_many(messages("/queue/counted", 2, start=3), stage="sink-c/4/1.0")
+        # Task 2.0 staged 4 messages elsewhere (a broker that failed): this one has none.
+        with pytest.raises(BrokerError) as refused:
+            connection.commit_stage("sink-c", 4, ["0.0", "1.0", "2.0"], [3, 2, 4])
+        assert refused.value.status == 409
+        assert "stage sink-c/4/2.0 holds 0 messages here" in str(refused.value)
+        assert connection.head("/queue/counted").message_count == 0  # nothing published
+        with pytest.raises(BrokerError, match="stage-counts header"):
+            connection.commit_stage("sink-c", 4, ["0.0", "1.0"], [3])
+        # The refusals changed nothing: the right counts commit what is there.
+        result = connection.commit_stage("sink-c", 4, ["0.0", "1.0", "2.0"], [3, 2, 0])
+        assert (result.state, result.count) == (StageState.COMMITTED, 5)
+        assert connection.head("/queue/counted").message_count == 5
 
 
 def test_an_aborted_stage_publishes_nothing(broker: BrokerThread) -> None:

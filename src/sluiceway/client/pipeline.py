@@ -434,20 +434,23 @@ class PipelineConnection:
 
     # -- stages ----------------------------------------------------------------------------------
 
-    def commit_stage(self, sink: str, batch: int, tasks: Iterable[str]) -> StageResult:
-        """Publish the stages of `tasks` of batch `SINK/BATCH`, atomically, once."""
-        reply = self._check(
-            self._request(
-                Frame(
-                    "COMMIT",
-                    {
-                        "transaction": "stage",
-                        "stage": f"{sink}/{batch}",
-                        "stage-tasks": ",".join(tasks),
-                    },
-                )
-            )
-        )
+    def commit_stage(
+        self,
+        sink: str,
+        batch: int,
+        tasks: Iterable[str],
+        counts: Iterable[int] | None = None,
+    ) -> StageResult:
+        """Publish the stages of `tasks` of batch `SINK/BATCH`, atomically, once. With `counts`
+        (the messages each task staged), a stage that holds another number refuses it all."""
+        headers = {
+            "transaction": "stage",
+            "stage": f"{sink}/{batch}",
+            "stage-tasks": ",".join(tasks),
+        }
+        if counts is not None:
+            headers["stage-counts"] = ",".join(str(count) for count in counts)
+        reply = self._check(self._request(Frame("COMMIT", headers)))
         text = reply.headers.get("stage-state", "")
         try:
             state = StageState(text)

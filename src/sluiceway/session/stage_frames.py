@@ -4,7 +4,8 @@ into typed values with errors that name the header, and the stage COMMIT and ABO
 - SEND: `stage:SINK/BATCH/TASK` and `stage-ttl` (ms; default imq.stage.ttl). Not together
   with `transaction`: a stage is a transaction of its own, shared by name.
 - COMMIT: `transaction:stage`, `stage:SINK/BATCH`, `stage-tasks:T1,T2,...` (required; empty for
-  none). ABORT: the same, `stage-tasks` optional (absent: every task of the batch).
+  none), `stage-counts:N1,N2,...` (optional: what each task staged, checked). ABORT: the same,
+  `stage-tasks` optional (absent: every task of the batch).
 
 SINK follows destination-name rules; BATCH is a decimal integer from 0 to 2^63-1; a task is 1 to
 200 characters, any but a comma (the separator of `stage-tasks`) and control characters.
@@ -75,7 +76,7 @@ def handle(stages: StageArea, frame: Frame) -> StageOutcome:
     sink, batch = _sink_batch(frame, parts[0], parts[1], text, "SINK/BATCH")
     if frame.command == "COMMIT":
         tasks = _tasks(frame, h.required(frame, "stage-tasks"))
-        return stages.commit(sink, batch, tasks)
+        return stages.commit(sink, batch, tasks, _counts(frame, len(tasks)))
     listed = frame.headers.get("stage-tasks")
     return stages.abort(sink, batch, None if listed is None else _tasks(frame, listed))
 
@@ -115,6 +116,21 @@ def _tasks(frame: Frame, text: str) -> list[str]:
             "than once; list each task once, in the order to publish",
         )
     return tasks
+
+
+def _counts(frame: Frame, tasks: int) -> list[int] | None:
+    """`stage-counts`: the messages each listed task staged, as its writer counted them."""
+    text = frame.headers.get("stage-counts")
+    if text is None:
+        return None
+    parts = text.split(",") if text else []
+    if len(parts) != tasks or not all(part.isascii() and part.isdigit() for part in parts):
+        raise BadRequest(
+            "invalid stage-counts header",
+            f"the stage-counts header of a COMMIT must give one count (digits) for each of the "
+            f"{tasks} tasks of stage-tasks, in the same order; got {text!r}",
+        )
+    return [int(part) for part in parts]
 
 
 def _invalid(frame: Frame, header: str, text: str, shape: str) -> BadRequest:

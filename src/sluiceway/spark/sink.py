@@ -139,8 +139,9 @@ def _batch_id() -> int:
     return int(text)
 
 
-def _tasks(messages: list[WriterCommitMessage | None]) -> list[str]:
-    return [m.task for m in messages if isinstance(m, SinkCommit) and m.count > 0]
+def _tasks(messages: list[WriterCommitMessage | None]) -> list[SinkCommit]:
+    """The tasks that staged something, with what each staged (the COMMIT checks it)."""
+    return [m for m in messages if isinstance(m, SinkCommit) and m.count > 0]
 
 
 class StreamSink(DataSourceStreamWriter):
@@ -165,7 +166,9 @@ class StreamSink(DataSourceStreamWriter):
         if not tasks:
             return  # nothing staged: nothing to publish
         with PipelineConnection(self.options.connection) as connection:
-            result = connection.commit_stage(self.sink_id, batchId, tasks)
+            result = connection.commit_stage(
+                self.sink_id, batchId, [t.task for t in tasks], [t.count for t in tasks]
+            )
         if result.state is StageState.COMMITTED_BEFORE:
             log.warning(
                 "sink %s: batch %d was committed before; nothing published again (a batch "
@@ -204,7 +207,7 @@ class BatchSink(DataSourceWriter):
         if not self.staged or not tasks:
             return
         with PipelineConnection(self.options.connection) as connection:
-            connection.commit_stage(self.sink, 0, tasks)
+            connection.commit_stage(self.sink, 0, [t.task for t in tasks], [t.count for t in tasks])
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         if not self.staged:

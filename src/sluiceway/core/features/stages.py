@@ -46,7 +46,7 @@ from sluiceway.core.values.staging import (
     StagedHead,
     StageName,
 )
-from sluiceway.errors import Forbidden
+from sluiceway.errors import Conflict, Forbidden
 from sluiceway.naming import DestinationName
 
 log = logging.getLogger(__name__)
@@ -269,11 +269,18 @@ class StageArea:
 
     # -- committing ----------------------------------------------------------------------------
 
-    def commit(self, sink: str, batch: int, tasks: Sequence[str]) -> StageOutcome:
-        """Publish the stages of `tasks` (in that order) of SINK/BATCH, all or nothing."""
+    def commit(
+        self, sink: str, batch: int, tasks: Sequence[str], counts: Sequence[int] | None = None
+    ) -> StageOutcome:
+        """Publish the stages of `tasks` (in that order) of SINK/BATCH, all or nothing. With
+        `counts` (what each task staged, as its writer counted), a stage that holds another
+        number of messages here refuses the whole COMMIT (409), which then changes nothing: it
+        expired, or was staged on another broker."""
         if self.is_committed(sink, batch):
             return StageOutcome(StageState.COMMITTED_BEFORE, 0, self._commit_lsn.get(sink, 0))
         listed = self._batches.get((sink, batch), {})
+        if counts is not None:
+            _check_counts(sink, batch, tasks, counts, listed)
         chosen = [listed[task] for task in tasks if task in listed]
         keep = {stage.stage_id for stage in chosen}
         discarded = [
@@ -429,3 +436,19 @@ class StageArea:
             oldest = next(iter(self.committed))
             del self.committed[oldest]
             self._commit_lsn.pop(oldest, None)
+
+
+def _check_counts(
+    sink: str, batch: int, tasks: Sequence[str], counts: Sequence[int], listed: dict[str, Stage]
+) -> None:
+    for task, expected in zip(tasks, counts, strict=True):
+        stage = listed.get(task)
+        held = len(stage) if stage is not None else 0
+        if held != expected:
+            raise Conflict(
+                "stage incomplete",
+                f"stage {sink}/{batch}/{task} holds {held} messages here and the COMMIT says "
+                f"its task staged {expected}: the stage expired (its stage-ttl passed), or was "
+                "staged on another broker (one that failed, in a cluster). Nothing was "
+                "published; run the batch again",
+            )
