@@ -12,6 +12,8 @@ import pytest
 
 from sluiceway.cluster.durable_link import TOPIC_HEADER
 from sluiceway.cluster.durables import durable_queue
+from sluiceway.core.model.topic import Topic
+from sluiceway.naming import parse_destination
 from tests.cluster.links_support import Member, cluster, received, undelivered
 from tests.e2e.conftest import stomp_clients
 from tests.e2e.stomppy import Recorder, subscribe, sync, with_receipt
@@ -189,3 +191,23 @@ def test_what_a_subscriber_left_unacknowledged_on_a_member_follows_it_to_the_nex
     assert sorted(taken) == sorted(bodies + later)
     wait_until(lambda: undelivered(b, queue) == 0, DELIVERY_WAIT)
     moved.disconnect()
+
+
+def test_a_subscription_made_on_two_members_at_once_is_reported(
+    cluster: Cluster, stomp_clients: Clients, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = cluster(2)
+    created(stomp_clients, a, b)
+    # As if its subscriber had attached on b before b read the record: b made its own.
+    broker = b.broker.broker
+    assert broker is not None
+    topic = b.call(lambda: broker.registry.resolve(parse_destination(TOPIC)))
+    assert isinstance(topic, Topic)
+    b.call(lambda: broker.durable_state(topic, CLIENT, NAME, None))
+    assert has_durable(a)
+    assert has_durable(b)
+
+    def reported() -> bool:
+        return any("exists here and on member a" in r.getMessage() for r in caplog.records)
+
+    wait_until(reported, DELIVERY_WAIT)

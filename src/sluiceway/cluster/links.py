@@ -99,6 +99,7 @@ class Links:
         self._durable_seen: dict[DestinationName, Seen] = {}
         self._durables_failing = False
         self._removal_failing: set[tuple[str, str]] = set()
+        self._split: set[tuple[str, str]] = set()  # here and recorded elsewhere: warned of
         # What each member's link published here, kept while the member's link is made again.
         self.seen: dict[str, Seen] = {}
         self.budget = Budget()  # what the links may publish here until the next reading
@@ -173,7 +174,22 @@ class Links:
             self._durables_failing = True
             return
         self._durables_failing = False
-        self.directory.update(homes, [(client_id, name) for client_id, name, _ in own])
+        keys = [(client_id, name) for client_id, name, _ in own]
+        for key in keys:
+            home = homes.get(key)
+            if home is not None and key not in self._split:
+                self._split.add(key)  # told once
+                log.warning(
+                    "durable subscription %r of client %r exists here and on member %s, where "
+                    "the cluster's record keeps it: its subscriber attached here before this "
+                    "member learnt of the other (within a monitor interval). Each keeps its own "
+                    "messages; end one of them (UNSUBSCRIBE with its durable name)",
+                    key[1],
+                    key[0],
+                    home,
+                )
+        self._split.intersection_update(key for key in keys if key in homes)
+        self.directory.update(homes, keys)
 
     async def _follow_durables(self, demand: Demand) -> None:
         """A DurableLink for every queue here whose subscriber reads a durable subscription
