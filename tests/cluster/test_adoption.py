@@ -14,15 +14,22 @@ import functools
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sluiceway.client.pipeline import PipelineConnection
+from sluiceway.client.pipeline import (
+    LeaseState,
+    OutgoingMessage,
+    PipelineConnection,
+    PipelineMessage,
+    StageState,
+)
 from sluiceway.client.pipeline_values import PipelineSettings
 from sluiceway.cluster.adoption import AdoptionReport, StoreAdopter
+from sluiceway.errors import BrokerError
 from sluiceway.persist.journal import Journal
 from sluiceway.persist.journal_store import JournalStore
 from sluiceway.testing import BrokerThread
@@ -160,28 +167,93 @@ def test_what_was_adopted_survives_a_restart_of_the_adopter(victim_directory: Pa
         shutil.rmtree(live_directory, ignore_errors=True)
 
 
-def test_messages_held_by_open_leases_are_adopted_flagged(victim_directory: Path) -> None:
-    """A pipeline's open leases hold messages out of the queue: a takeover adopts them too (the
-    lease itself is the failed member's), in lease order, ahead of the queue's pending ones."""
+def pipe_to(broker: BrokerThread) -> PipelineConnection:
+    return PipelineConnection(PipelineSettings(port=broker.port))
+
+
+def bodies(read: Iterable[PipelineMessage]) -> list[str]:
+    return [message.body.decode() for message in read]
+
+
+def test_open_leases_are_adopted_under_their_numbers_with_their_messages(
+    victim_directory: Path,
+) -> None:
+    """A pipeline reader that comes to the member that took its broker over reads the same
+    leases again, and the numbers its group used stay used."""
     properties = {"imq.persist.file.directory": str(victim_directory)}
-    with BrokerThread(properties) as victim:
+    with BrokerThread(properties) as victim, pipe_to(victim) as pipe:
         send_all(victim.port, QUEUE, [f"q{n}" for n in range(10)])
-        with PipelineConnection(PipelineSettings(port=victim.port)) as pipe:
-            assert [m.body for m in pipe.read_lease(QUEUE, "g/1", max_messages=3)] == [
-                b"q0",
-                b"q1",
-                b"q2",
+        assert bodies(pipe.read_lease(QUEUE, "g/1", max_messages=3)) == ["q0", "q1", "q2"]
+        assert bodies(pipe.read_lease(QUEUE, "g/2", max_messages=2)) == ["q3", "q4"]
+        assert bodies(pipe.read_lease(QUEUE, "g/3", max_messages=2)) == ["q5", "q6"]
+        pipe.ack_lease(QUEUE, "g/2")  # consumed: q3 and q4 never come back
+    live_directory = Path(tempfile.mkdtemp(prefix="sluiceway-live-"))
+    live_properties = {"imq.persist.file.directory": str(live_directory)}
+    try:
+        with BrokerThread(live_properties) as live:
+            report = adopt(live, victim_directory)
+            assert (report.messages, report.leases) == (8, 2)
+        with BrokerThread(live_properties) as again, pipe_to(again) as pipe:  # after a restart
+            assert bodies(pipe.read_lease(QUEUE, "g/3")) == ["q5", "q6"]
+            assert bodies(pipe.read_lease(QUEUE, "g/1")) == ["q0", "q1", "q2"]
+            assert pipe.ack_lease(QUEUE, "g/2") is LeaseState.ACKNOWLEDGED  # as it was there
+            assert pipe.ack_lease(QUEUE, "g/1") is LeaseState.ACKNOWLEDGED
+            assert pipe.release_lease(QUEUE, "g/3") is LeaseState.EXPIRED  # back to the queue
+            assert bodies(pipe.read_lease(QUEUE, "g/4", max_messages=10)) == [
+                "q5",
+                "q6",
+                "q7",
+                "q8",
+                "q9",
             ]
-            assert len(list(pipe.read_lease(QUEUE, "g/2", max_messages=2))) == 2
-            assert len(list(pipe.read_lease(QUEUE, "g/3", max_messages=2))) == 2
-            pipe.ack_lease(QUEUE, "g/2")  # consumed: q3 and q4 never come back
-    with BrokerThread() as live:
+    finally:
+        shutil.rmtree(live_directory, ignore_errors=True)
+
+
+def test_a_lease_whose_number_is_used_here_gives_its_messages_to_the_queue(
+    victim_directory: Path,
+) -> None:
+    properties = {"imq.persist.file.directory": str(victim_directory)}
+    with BrokerThread(properties) as victim, pipe_to(victim) as pipe:
+        send_all(victim.port, QUEUE, ["v0", "v1"])
+        assert bodies(pipe.read_lease(QUEUE, "g/1")) == ["v0", "v1"]
+    with BrokerThread() as live, pipe_to(live) as pipe:
+        send_all(live.port, QUEUE, ["l0"])
+        assert bodies(pipe.read_lease(QUEUE, "g/1")) == ["l0"]  # read here before the takeover
         report = adopt(live, victim_directory)
-        assert report.messages == 8
+        assert (report.messages, report.leases) == (2, 0)
+        assert bodies(pipe.read_lease(QUEUE, "g/1")) == ["l0"]
         consumer, got = connect(live.port)
         subscribe(consumer, got, QUEUE, "q")
-        queue = got.wait_messages(8)
-        assert [frame.body for frame in queue] == ["q0", "q1", "q2", "q5", "q6", "q7", "q8", "q9"]
-        flagged = [frame.body for frame in queue if frame.headers.get("redelivered") == "true"]
-        assert flagged == ["q0", "q1", "q2", "q5", "q6"]
+        frames = got.wait_messages(2)
+        assert [(f.body, f.headers.get("redelivered")) for f in frames] == [
+            ("v0", "true"),
+            ("v1", "true"),
+        ]
         consumer.disconnect()
+
+
+def test_open_stages_are_adopted_and_a_commit_publishes_them(
+    victim_directory: Path,
+) -> None:
+    """A COMMIT of a batch staged on the failed member before it failed publishes what was
+    staged there; one of a batch it had committed finds no stages here and is refused (its
+    counts), rather than taken for done."""
+    properties = {"imq.persist.file.directory": str(victim_directory)}
+    with BrokerThread(properties) as victim, pipe_to(victim) as pipe:
+        pipe.send_many(outgoing(["c0", "c1"]), stage="sink/4/t0")
+        assert pipe.commit_stage("sink", 4, ["t0"], [2]).count == 2
+        pipe.send_many(outgoing(["s0", "s1", "s2"]), stage="sink/5/t0")
+        pipe.send_many(outgoing(["s3"]), stage="sink/5/t1")
+    with BrokerThread() as live, pipe_to(live) as pipe:
+        report = adopt(live, victim_directory)
+        assert (report.messages, report.stages) == (2, 2)
+        with pytest.raises(BrokerError, match="holds 0 messages here"):
+            pipe.commit_stage("sink", 4, ["t0"], [2])
+        result = pipe.commit_stage("sink", 5, ["t0", "t1"], [3, 1])
+        assert (result.state, result.count) == (StageState.COMMITTED, 4)
+        assert bodies(pipe.read_range(QUEUE, 0, None)) == ["c0", "c1", "s0", "s1", "s2", "s3"]
+
+
+def outgoing(bodies: list[str]) -> list[OutgoingMessage]:
+    return [OutgoingMessage(QUEUE, body.encode()) for body in bodies]

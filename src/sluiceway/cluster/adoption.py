@@ -16,12 +16,12 @@ between leaves the failed member's store whole, and no acknowledgement of a mess
 holds. With `redelivered`, every adopted message is flagged redelivered (a takeover tried again:
 some of them may have reached a consumer through the taker that died).
 
-What is adopted: every queue's messages, in order (the dead message queue's too), those its
-open leases held first, and every durable subscription with the messages it had not
-acknowledged. What is not: non-persistent messages (a journal never holds them), transactions
-still open (never written: rolled back), and the topic cursors, the queue leases themselves
-and the stages (a pipeline reader's position on the failed member; a leased message comes back
-to its queue flagged redelivered, as when a lease expires).
+What is adopted: every queue's messages, in order (the dead message queue's too), its lease
+groups with their open leases (same numbers, same messages) ahead of them, every durable
+subscription with the messages it had not acknowledged, and the open stages. What is not:
+non-persistent messages (a journal never holds them), transactions still open (never written:
+rolled back), topic cursors (positions in the failed member's topics), and which batch each
+sink committed last (see `_adopt_stages`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,11 @@ from typing import Final, Protocol, TypeVar
 from sluiceway.config import BrokerConfig
 from sluiceway.core.broker import Broker
 from sluiceway.core.features.adoption import DurableAdoption, adopt_queue_message
+from sluiceway.core.features.leases import Lease
+from sluiceway.core.features.stages import Stage
 from sluiceway.core.model.queue import Queue
 from sluiceway.core.model.topic import DurableState, Topic
+from sluiceway.core.values.leasing import LeaseState
 from sluiceway.core.values.message import Message
 from sluiceway.naming import DestinationName
 from sluiceway.persist.journal_store import JournalStore
@@ -87,6 +90,8 @@ class AdoptionReport:
     durable_messages: int = 0
     dropped_durables: list[str] = field(default_factory=list)  # replaced here by their client
     here_already: int = 0  # queue messages a link had brought here already: not adopted again
+    leases: int = 0  # open queue leases adopted under their numbers
+    stages: int = 0  # open stages adopted
     by_destination: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -94,7 +99,8 @@ class AdoptionReport:
         return (
             f"{self.messages} queue messages ({self.redelivered} to be redelivered, "
             f"{self.here_already} here already over a link), {self.durables} durable "
-            f"subscriptions with {self.durable_messages} messages"
+            f"subscriptions with {self.durable_messages} messages, {self.leases} queue leases, "
+            f"{self.stages} stages"
         )
 
 
@@ -156,6 +162,7 @@ class StoreAdopter:
                     self._adopt_queue(destination, report)
                 elif isinstance(destination, Topic) and destination.durables:
                     self._adopt_topic(destination, report)
+            self._adopt_stages(scratch, report)
         finally:
             swap.close()
             shutil.rmtree(swap_directory, ignore_errors=True)
@@ -164,15 +171,76 @@ class StoreAdopter:
         return report
 
     def _adopt_leased(self, scratch: Broker, queue: Queue, report: AdoptionReport) -> None:
-        """The messages the failed member's open queue leases held, first: they left the head
-        of the queue before its pending ones. Each was delivered once by its lease, so it comes
-        back flagged redelivered. (Read, not taken: nothing is written to the failed member's
-        store, which a takeover tried again reads whole.)"""
-        for lease in scratch.leases.open_leases(queue.name):
+        """The failed member's queue leases, before the queue's pending messages (they left
+        its head first): each open one under its number with its messages, so that a reader
+        that comes here reads the same lease again; then each group's numbers and finished
+        leases. A lease whose number is used here already gives its messages to the queue,
+        flagged redelivered, as an expired lease does. (The failed member's leases are read,
+        not taken: nothing is written to its store, which a takeover tried again reads whole.)"""
+        name = queue.name
+        for lease in scratch.leases.open_leases(name):
+            made = self._on_loop(
+                functools.partial(
+                    self._new_lease, name, lease.group.name, lease.number, lease.expires
+                )
+            )
             start = 0
             while batch := lease.messages.read_at(start, BATCH_MESSAGES):
                 start += len(batch)
-                self._adopt_batch(queue.name, batch, report)
+                if made is None:
+                    self._adopt_batch(name, batch, report)
+                else:
+                    self._on_loop(functools.partial(self._into_lease, made, batch))
+                    report.messages += len(batch)
+                    report.redelivered += len(batch)
+            if made is not None:
+                self._on_loop(functools.partial(self._live.leases.adopted, made))
+                report.leases += 1
+        for kept in scratch.leases.groups_of(name):
+            finished = {number: state for number, (_, state) in kept.finished.items()}
+            self._on_loop(functools.partial(self._group, name, kept.name, kept.high, finished))
+
+    def _new_lease(
+        self, name: DestinationName, group: str, number: int, expires: int
+    ) -> Lease | None:
+        queue = self._live.registry.recovered(name)
+        assert isinstance(queue, Queue)
+        self._pass(queue)
+        return self._live.leases.adopt_lease(queue, group, number, expires)
+
+    def _into_lease(self, lease: Lease, batch: list[Message]) -> None:
+        for message in batch:
+            if self._redelivered:
+                message.delivery_count = max(message.delivery_count, 2)
+            self._live.leases.adopt_message(lease, message)
+
+    def _group(
+        self, name: DestinationName, group: str, high: int, finished: dict[int, LeaseState]
+    ) -> None:
+        queue = self._live.registry.recovered(name)
+        assert isinstance(queue, Queue)
+        self._live.leases.adopt_group(queue, group, high, finished)
+
+    def _adopt_stages(self, scratch: Broker, report: AdoptionReport) -> None:
+        """The failed member's open stages with their messages, in send order: a COMMIT here
+        publishes them. Which batch each sink committed last there is not adopted: a reader
+        may have read here, before the takeover, leases of the same numbers with other
+        messages, and a replayed COMMIT answered `committed-before` would then have them
+        acknowledged unwritten; a replay publishes again instead (at least once)."""
+        for stage in scratch.stages:
+            made = self._on_loop(functools.partial(self._live.stages.adopt_stage, stage.name))
+            if made is None:
+                continue  # committed here, or staged here again meanwhile: dropped
+            start = 0
+            while staged := stage.messages.read_at(start, BATCH_MESSAGES):
+                start += len(staged)
+                adopt = functools.partial(self._into_stage, made, staged, stage.expires_ms)
+                self._on_loop(adopt)
+            report.stages += 1
+
+    def _into_stage(self, stage: Stage, batch: list[Message], expires_ms: int) -> None:
+        for message in batch:
+            self._live.stages.adopt_staged(stage, message, expires_ms)
 
     def _adopt_queue(self, queue: Queue, report: AdoptionReport) -> None:
         while True:

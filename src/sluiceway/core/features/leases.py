@@ -58,7 +58,7 @@ from sluiceway.core.values.leasing import (
 )
 from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
-from sluiceway.errors import BadRequest, Gone, NotFound, ResourceFull
+from sluiceway.errors import BadRequest, Gone, NotFound, ResourceFull, Unavailable
 from sluiceway.naming import DestinationKind, DestinationName
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,16 @@ class LeasedMessages(SpillingRun):
 class Lease:
     """An open lease (or one that just ended, for a read still sending it)."""
 
-    __slots__ = ("expires", "group", "lease_id", "messages", "number", "queue", "state")
+    __slots__ = (
+        "adopting",
+        "expires",
+        "group",
+        "lease_id",
+        "messages",
+        "number",
+        "queue",
+        "state",
+    )
 
     def __init__(
         self,
@@ -105,6 +114,7 @@ class Lease:
         self.expires = expires  # ms since the epoch
         self.messages = messages
         self.state = LeaseState.OPEN
+        self.adopting = False  # being taken over from a failed member: not to be read yet
 
     @property
     def name(self) -> str:
@@ -207,6 +217,8 @@ class Leases:
             group = LeaseGroup(destination.name, request.group)
         elif request.number <= group.high:
             lease = group.open.get(request.number)
+            if lease is not None and lease.adopting:
+                raise _adopting(lease)
             if lease is not None and not self._expired(lease):
                 return LeaseView(name, LeaseState.OPEN, lease)
             return LeaseView(name, group.known_state(request.number))
@@ -309,6 +321,8 @@ class Leases:
         """Consume the lease's messages (idempotent); 410 when it expired or was released."""
         group = self._group(name, group_name, number)
         lease = group.open.get(number)
+        if lease is not None and lease.adopting:
+            raise _adopting(lease)
         if lease is not None and not self._expired(lease):
             self._end(lease, LeaseState.ACKNOWLEDGED)
             return LeaseState.ACKNOWLEDGED
@@ -326,6 +340,8 @@ class Leases:
         """Give the lease's messages back to the queue now (NACK); idempotent."""
         group = self._group(name, group_name, number)
         lease = group.open.get(number)
+        if lease is not None and lease.adopting:
+            raise _adopting(lease)
         if lease is not None:
             self._end(lease, LeaseState.EXPIRED)
             return LeaseState.EXPIRED
@@ -413,6 +429,81 @@ class Leases:
                         queue.finished(message)
 
     # -- persistence ----------------------------------------------------------------------------
+
+    # -- adoption (core.features.adoption) -------------------------------------------------------
+
+    def adopt_lease(self, queue: Queue, group_name: str, number: int, expires: int) -> Lease | None:
+        """An open lease of a failed member's store, made here under its number (its messages
+        follow with `adopt_message`, then `adopted`); None when the number is used here already
+        (its messages then go back to the queue). Reads of it are refused until it is whole."""
+        group = self._groups.get((queue.name, group_name))
+        if group is None:
+            group = LeaseGroup(queue.name, group_name)
+            self._add_group(group)
+        elif number in group.open or number in group.finished:
+            return None
+        lease = Lease(
+            queue,
+            group,
+            number=number,
+            lease_id=self._next_id,
+            expires=expires,
+            messages=LeasedMessages(queue.context.ledger, queue.context.spill),
+        )
+        self._next_id += 1
+        lease.adopting = True
+        self.recorder.lease_opened(lease.record)  # before its messages' marks, which name it
+        group.high = max(group.high, number)
+        group.open[number] = lease
+        self._open += 1
+        return lease
+
+    def adopt_message(self, lease: Lease, message: Message) -> None:
+        """One message of an adopted lease, in lease order, recorded here (its delivery count
+        kept: the lease's mark counts one)."""
+        queue = lease.queue
+        deliveries = message.delivery_count
+        message.location, message.marks, message.wire = 0, None, None
+        queue.adopt_taken(message)
+        if message.persistent:
+            for _ in range(deliveries - 1):
+                queue.store.delivered(message)
+            self.recorder.lease_marked(lease.lease_id, message)
+        lease.messages.append(message)
+
+    def adopted(self, lease: Lease) -> None:
+        """The adopted lease is whole: it may be read, acknowledged, and expire."""
+        lease.adopting = False
+        heapq.heappush(self._deadlines, (lease.expires, lease.lease_id, lease))
+
+    def adopt_group(
+        self, queue: Queue, group_name: str, high: int, finished: dict[int, LeaseState]
+    ) -> None:
+        """A failed member's lease group: its numbers stay used here, and its finished leases
+        answer here as they did there. Each is recorded as a lease opened and ended at once, so
+        a restart here knows them too; numbers used here already keep what they are here."""
+        group = self._groups.get((queue.name, group_name))
+        if group is None:
+            group = LeaseGroup(queue.name, group_name)
+            self._add_group(group)
+        if high > group.high and high not in finished:
+            finished = {**finished, high: LeaseState.EXPIRED}  # its highest number, forgotten
+        keep = self._config.current.lease_max_open
+        for number, state in sorted(finished.items()):
+            if number in group.open or number in group.finished:
+                continue
+            lease_id = self._next_id
+            self._next_id += 1
+            self.recorder.lease_opened(
+                LeaseRecord(lease_id, queue.name.name, group_name, number, 0)
+            )
+            self.recorder.lease_ended(lease_id, state)
+            group.remember(number, lease_id, state, keep)
+            group.high = max(group.high, number)
+
+    def groups_of(self, queue: DestinationName) -> list[LeaseGroup]:
+        """The lease groups of `queue`."""
+        return [group for (name, _), group in self._groups.items() if name == queue]
 
     def open_leases(self, queue: DestinationName) -> list[Lease]:
         """The open leases of `queue`, in the order they were made (which is the order their
@@ -582,4 +673,13 @@ def _labelled(message: Message, name: str) -> Message:
     with the original, which the lease keeps."""
     return dataclasses.replace(
         message, headers=(("lease", name), *message.headers), location=0, marks=None
+    )
+
+
+def _adopting(lease: Lease) -> Unavailable:
+    return Unavailable(
+        "lease being taken over",
+        f"lease {lease.name} of {lease.queue.name} is being taken over from a cluster member "
+        "that failed; read or settle it again in a moment",
+        destination=lease.queue.name.path,
     )

@@ -229,18 +229,38 @@ class StageArea:
             self._dropped_late(name)
             return
         stage = self.get(name) or self._create(name)
+        expires = min(self._clock.time_ms() + ttl_ms, MAX_EXPIRES)
+        self._add(stage, destination, message, expires)
+
+    def _add(self, stage: Stage, destination: Destination, message: Message, expires: int) -> None:
         totals = stage.totals.get(destination)
         if totals is None:
             totals = stage.totals[destination] = _Totals()
         index = totals.count
         totals.count += 1
         totals.bytes += message.size
-        stage.expires_ms = max(stage.expires_ms, min(self._clock.time_ms() + ttl_ms, MAX_EXPIRES))
+        stage.expires_ms = max(stage.expires_ms, expires)
         # Its place in the stage (orders spilled chunks) until publishing numbers it for real.
         message.seq = len(stage) + 1
         self.recorder.added(stage, message, index)
         stage.messages.append(message)
         self._counted(destination, 1, message.size)
+
+    # -- adoption (a failed cluster member's stages, cluster.adoption) ---------------------------
+
+    def adopt_stage(self, name: StageName) -> Stage | None:
+        """An open stage of a failed member's store, made here (its messages follow with
+        `adopt_staged`); None when its batch was committed here, or a stage of that name is
+        here already (its task staged here meanwhile)."""
+        if self.is_committed(name.sink, name.batch) or self.get(name) is not None:
+            return None
+        return self._create(name)
+
+    def adopt_staged(self, stage: Stage, message: Message, expires_ms: int) -> None:
+        """One message of an adopted stage, in send order, with the stage's deadline there."""
+        message.location, message.marks, message.wire = 0, None, None
+        destination = self._registry.recovered(message.destination)
+        self._add(stage, destination, message, min(expires_ms, MAX_EXPIRES))
 
     def _create(self, name: StageName) -> Stage:
         stage = self._register(self.next_id, name)

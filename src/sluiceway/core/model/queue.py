@@ -96,6 +96,17 @@ class Queue(Destination):
         if self.consumers and not self.context.batch.defer(self.dispatch):
             self.dispatch()
 
+    def adopt_taken(self, message: Message) -> None:
+        """A message of a failed cluster member's store that a lease there had taken: numbered,
+        recorded and counted here as a published one is, and delivered once (its lease here
+        holds it, not the pending list; core.features.leases.adopt_message)."""
+        message.seq = self.next_seq()
+        if message.persistent:
+            self.store.added(message)
+        self.stats.received(message)
+        self._took(message)
+        self.stats.delivered(message)
+
     def stores(self, message: Message) -> bool:
         return message.persistent
 
