@@ -20,8 +20,9 @@ What is adopted: every queue's messages, in order (the dead message queue's too)
 groups with their open leases (same numbers, same messages) ahead of them, every durable
 subscription with the messages it had not acknowledged, and the open stages. What is not:
 non-persistent messages (a journal never holds them), transactions still open (never written:
-rolled back), topic cursors (positions in the failed member's topics), and which batch each
-sink committed last (see `_adopt_stages`).
+rolled back), and topic cursors (positions in the failed member's topics). Which batch each
+sink committed last is adopted only when a replay would read the same messages here
+(`_adopt_stages`).
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class AdoptionReport:
     here_already: int = 0  # queue messages a link had brought here already: not adopted again
     leases: int = 0  # open queue leases adopted under their numbers
     stages: int = 0  # open stages adopted
+    committed_kept: bool = True  # each sink's last committed batch taken over too
     by_destination: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -129,6 +131,8 @@ class StoreAdopter:
         # Destinations whose consumers the gate paused (on the loop's thread only).
         self._gated: list[Queue | Topic] = []
         self.skipped = 0  # queue messages not adopted: they came over a link already
+        # A replay could not read here what it read on the failed member (_adopt_stages).
+        self._positions_split = False
 
     def _pass(self, destination: Queue | Topic) -> None:
         """Before adopting into `destination`: pause its consumers, if the gate is on and
@@ -178,6 +182,9 @@ class StoreAdopter:
         flagged redelivered, as an expired lease does. (The failed member's leases are read,
         not taken: nothing is written to its store, which a takeover tried again reads whole.)"""
         name = queue.name
+        groups = [group.name for group in scratch.leases.groups_of(name)]
+        if self._on_loop(functools.partial(self._groups_here, name, groups)):
+            self._positions_split = True
         for lease in scratch.leases.open_leases(name):
             made = self._on_loop(
                 functools.partial(
@@ -199,6 +206,11 @@ class StoreAdopter:
         for kept in scratch.leases.groups_of(name):
             finished = {number: state for number, (_, state) in kept.finished.items()}
             self._on_loop(functools.partial(self._group, name, kept.name, kept.high, finished))
+
+    def _groups_here(self, name: DestinationName, groups: list[str]) -> bool:
+        """Whether any of `groups` of queue `name` exists here already."""
+        here = {group.name for group in self._live.leases.groups_of(name)}
+        return not here.isdisjoint(groups)
 
     def _new_lease(
         self, name: DestinationName, group: str, number: int, expires: int
@@ -222,11 +234,27 @@ class StoreAdopter:
         self._live.leases.adopt_group(queue, group, high, finished)
 
     def _adopt_stages(self, scratch: Broker, report: AdoptionReport) -> None:
-        """The failed member's open stages with their messages, in send order: a COMMIT here
-        publishes them. Which batch each sink committed last there is not adopted: a reader
-        may have read here, before the takeover, leases of the same numbers with other
-        messages, and a replayed COMMIT answered `committed-before` would then have them
-        acknowledged unwritten; a replay publishes again instead (at least once)."""
+        """The failed member's open stages with their messages, in send order (a COMMIT here
+        publishes them), and which batch each sink committed last (a replayed COMMIT here
+        answers `committed-before`) -- the latter only while every position a replay reads
+        from moved here whole. A replay must read what the first run read; otherwise the
+        messages it read here instead would be acknowledged without being written. That is not
+        so when the failed member had topic cursors (they do not move), or when one of its
+        lease groups existed here already (a reader read leases here before the takeover,
+        maybe of the same numbers with other messages): then a replay publishes again (at
+        least once for that batch)."""
+        if len(scratch.cursors):
+            self._positions_split = True
+        if self._positions_split:
+            report.committed_kept = False
+            log.warning(
+                "takeover: the failed member's topic cursors do not move, or a lease group of "
+                "its was read here already: which batch each of its sinks committed last is not "
+                "taken over, so a replayed batch is published again (at least once)"
+            )
+        else:
+            for sink, batch in list(scratch.stages.committed.items()):
+                self._on_loop(functools.partial(self._live.stages.adopt_committed, sink, batch))
         for stage in scratch.stages:
             made = self._on_loop(functools.partial(self._live.stages.adopt_stage, stage.name))
             if made is None:

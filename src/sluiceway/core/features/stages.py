@@ -256,6 +256,24 @@ class StageArea:
             return None
         return self._create(name)
 
+    def adopt_committed(self, sink: str, batch: int) -> None:
+        """A failed member's record that it committed SINK/BATCH: a replayed COMMIT here
+        answers `committed-before`, and this sink's stages of that batch or before are
+        discarded (as a COMMIT here would)."""
+        if self.is_committed(sink, batch):
+            return
+        discarded = [
+            stage
+            for (stage_sink, stage_batch), stages in self._batches.items()
+            if stage_sink == sink and stage_batch <= batch
+            for stage in stages.values()
+        ]
+        lsn = self.recorder.committed(sink, batch, [], discarded)
+        self._remember(sink, batch, lsn)
+        for stage in discarded:
+            self._unregister(stage)
+        self._drop(discarded)
+
     def adopt_staged(self, stage: Stage, message: Message, expires_ms: int) -> None:
         """One message of an adopted stage, in send order, with the stage's deadline there."""
         message.location, message.marks, message.wire = 0, None, None
