@@ -4,6 +4,7 @@ sluiceway_broker, on a real PostgreSQL, written here as the membership writes th
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +12,7 @@ import psycopg
 import pytest
 
 from sluiceway.cluster.links import cluster_links
-from sluiceway.cluster.peers import DatabasePeers, Peer
+from sluiceway.cluster.peers import DatabasePeers, KeptConnection, Peer
 from sluiceway.config import build_config
 from sluiceway.persist.database import Database, DatabaseError
 from sluiceway.persist.schema import ensure_schema
@@ -133,3 +134,36 @@ def test_a_broker_configured_as_a_member_links_to_the_others(
         assert {frame.headers["sluiceway_via"] for frame in got.messages} == {"a"}
     finally:
         b.stop_links()
+
+
+def test_a_closed_kept_connection_opens_no_other(pg_url: str) -> None:
+    """The links close their database connections when they stop, maybe while a reading is on
+    its way on another thread: that reading fails, and none opens a connection afterwards (one
+    would outlive the broker)."""
+    kept = KeptConnection(Database(pg_url))
+    assert kept.run(lambda connection: connection.execute("SELECT 1").fetchone(), "read") == (1,)
+    started, go_on = threading.Event(), threading.Event()
+    outcome: list[BaseException | object] = []
+
+    def slow(connection: Any) -> object:
+        started.set()
+        go_on.wait(10)
+        return connection.execute("SELECT 2").fetchone()
+
+    def reading() -> None:
+        try:
+            outcome.append(kept.run(slow, "read slowly"))
+        except DatabaseError as error:
+            outcome.append(error)
+
+    reader = threading.Thread(target=reading)
+    reader.start()
+    assert started.wait(10)
+    kept.close()
+    go_on.set()
+    reader.join(10)
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], DatabaseError)
+    with pytest.raises(DatabaseError, match="links have stopped"):
+        kept.run(lambda connection: connection.execute("SELECT 3"), "read again")
+    assert kept._connection is None

@@ -11,6 +11,7 @@ the default executor, never on the event loop.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
@@ -86,11 +87,17 @@ class StaticPeers:
 
 class KeptConnection:
     """One connection to the shared database, kept open between the reads a broker makes every
-    monitor interval and opened again after a failure. Blocking: call it off the event loop."""
+    monitor interval and opened again after a failure. Blocking: call it off the event loop.
+
+    `close` may come from another thread while a read runs (the links stop while a read is on
+    its way): the read's connection is closed then, and no read opens one afterwards, so no
+    connection outlives the broker's links."""
 
     def __init__(self, database: Database) -> None:
         self.database = database
         self._connection: object | None = None
+        self._lock = threading.Lock()  # guards _connection and _closed
+        self._closed = False
 
     def run(self, query: Callable[[psycopg.Connection[tuple[object, ...]]], T], what: str) -> T:
         """`query` on the connection; a failure closes it and raises DatabaseError saying
@@ -98,22 +105,38 @@ class KeptConnection:
         import psycopg  # noqa: PLC0415  (late: the driver is the cluster extra's)
 
         try:
-            connection = self._connection
-            if not isinstance(connection, psycopg.Connection) or connection.closed:
-                connection = self._connection = self.database.connect(autocommit=True)
+            with self._lock:
+                if self._closed:
+                    raise DatabaseError(f"cannot {what}: this broker's links have stopped")
+                connection = self._connection
+                if not isinstance(connection, psycopg.Connection) or connection.closed:
+                    connection = self._connection = self.database.connect(autocommit=True)
             return query(connection)
         except psycopg.Error as error:
-            self.close()
+            self._drop()
             reason = " ".join(str(error).split()) or type(error).__name__
             raise DatabaseError(
                 f"cannot {what} from the database {self.database.shown}: {reason}"
             ) from error
 
+    def _drop(self) -> None:
+        """Close the connection; the next read opens another."""
+        with self._lock:
+            connection, self._connection = self._connection, None
+        _close(connection)
+
     def close(self) -> None:
-        connection, self._connection = self._connection, None
-        close = getattr(connection, "close", None)
-        if close is not None:
-            close()
+        """Close the connection for good."""
+        with self._lock:
+            self._closed = True
+            connection, self._connection = self._connection, None
+        _close(connection)
+
+
+def _close(connection: object | None) -> None:
+    close = getattr(connection, "close", None)
+    if close is not None:
+        close()
 
 
 class DatabasePeers:
