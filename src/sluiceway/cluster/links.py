@@ -36,7 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Final
 
-from sluiceway.cluster.demand import Demand, LocalConsumers, is_link, read_demand
+from sluiceway.cluster.demand import Demand, LocalConsumers, read_demand
 from sluiceway.cluster.durable_link import DurableLink, end_at_home
 from sluiceway.cluster.durables import (
     DatabaseDurables,
@@ -48,7 +48,7 @@ from sluiceway.cluster.forwarding import Seen
 from sluiceway.cluster.peer_link import Budget, LinkSettings, PeerLink
 from sluiceway.cluster.peers import DatabasePeers, Peer, Peers
 from sluiceway.config.cluster import ClusterConfig
-from sluiceway.core.connection import CoreConnection
+from sluiceway.core.broker import read_by_client
 from sluiceway.core.model.queue import Queue
 from sluiceway.errors import BrokerError, ClientError, ConfigError, ProtocolError, SluicewayError
 from sluiceway.naming import DestinationName
@@ -233,12 +233,7 @@ class Links:
     def _read_here(self, queue: DestinationName) -> bool:
         """Whether a subscriber reads `queue` here now (another member's link does not count)."""
         destination = self.local.registry.get(queue)
-        if not isinstance(destination, Queue):
-            return False
-        return any(
-            not isinstance(s.connection, CoreConnection) or not is_link(s.connection)
-            for s in destination.consumers
-        )
+        return isinstance(destination, Queue) and read_by_client(destination)
 
     def _member(self, broker_id: str | None) -> Peer | None:
         """The member `broker_id` as linked to; this broker itself over its own listener."""

@@ -231,7 +231,7 @@ class Broker:
         if served is None:
             return None
         queue = self.registry.recovered(served)  # made whatever imq.autocreate.queue says
-        if isinstance(queue, Queue) and _read_by_client(queue):
+        if isinstance(queue, Queue) and read_by_client(queue):
             raise Conflict(
                 "durable subscription in use",
                 f"durable subscription {name!r} of client {client_id!r} already has a "
@@ -506,7 +506,7 @@ def _selector(text: str) -> MessageFilter | None:
     return compile_selector(text) if text.strip() else None
 
 
-def _read_by_client(queue: Queue) -> bool:
+def read_by_client(queue: Queue) -> bool:
     """Whether a client reads `queue`: a subscriber, not a cluster link taking what is there to
     another member."""
     for subscription in (*queue.consumers, *queue.backups):
