@@ -77,7 +77,9 @@ class BrokerError(SluicewayError):
     the full explanation that goes in the ERROR frame's body. A refusal caused by a limit names
     the destination, the limit (its property name) and the limit's value; they travel as the
     `destination`, `limit` and `limit-value` headers, and the client raises the same class with
-    the same attributes.
+    the same attributes. A refusal of something that lives on another member of a cluster (a
+    lease group, a sink) names that member and its STOMP address (`member`, `member-address`):
+    a client goes there, or tries again once the member took it over.
     """
 
     status: Status = Status.INTERNAL
@@ -90,12 +92,16 @@ class BrokerError(SluicewayError):
         destination: str | None = None,
         limit: str | None = None,
         limit_value: str | None = None,
+        member: str | None = None,
+        member_address: str | None = None,
     ) -> None:
         super().__init__(detail if detail is not None else summary)
         self.summary = summary
         self.destination = destination
         self.limit = limit
         self.limit_value = limit_value
+        self.member = member
+        self.member_address = member_address
 
 
 class BadRequest(BrokerError):
@@ -167,10 +173,20 @@ def broker_error(
     destination: str | None = None,
     limit: str | None = None,
     limit_value: str | None = None,
+    member: str | None = None,
+    member_address: str | None = None,
 ) -> BrokerError:
     """The BrokerError subclass for an Open MQ status code (InternalError for unknown codes)."""
     cls = BROKER_ERRORS.get(status, InternalError)
-    return cls(summary, detail, destination=destination, limit=limit, limit_value=limit_value)
+    return cls(
+        summary,
+        detail,
+        destination=destination,
+        limit=limit,
+        limit_value=limit_value,
+        member=member,
+        member_address=member_address,
+    )
 
 
 class ClientError(SluicewayError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import pytest
@@ -14,6 +15,7 @@ from sluiceway.cluster.durables import SharedDurables
 from sluiceway.cluster.links import Links
 from sluiceway.cluster.peer_link import LinkSettings
 from sluiceway.cluster.peers import Peer, Peers, StaticPeers
+from sluiceway.cluster.positions import PositionExchange, SharedPositions, own_positions
 from sluiceway.core.model.destination import Destination
 from sluiceway.naming import parse_destination
 from sluiceway.testing import BrokerThread
@@ -54,10 +56,12 @@ class Member:
         *,
         flow_limit: int = 1000,
         durables: SharedDurables | None = None,
+        positions: SharedPositions | None = None,
         **settings: Any,
     ) -> Links:
-        """Start this member's links to `peers`, on its broker's event loop; with `durables`,
-        the record of durable subscriptions they share."""
+        """Start this member's links to `peers`, on its broker's event loop; with `durables`
+        and `positions`, the records of durable subscriptions and pipeline positions they
+        share."""
         broker = self.broker.broker
         assert broker is not None
         link_settings = LinkSettings(
@@ -68,7 +72,13 @@ class Member:
             **settings,
         )
         record = None if durables is None else durables.member(self.broker_id)
-        links = Links(broker, peers, link_settings, peers_interval=0.2, durables=record)
+        exchange = None
+        if positions is not None:
+            own = partial(own_positions, broker.leases, broker.stages)
+            exchange = PositionExchange(positions.member(self.broker_id), own, self.broker_id)
+        links = Links(
+            broker, peers, link_settings, peers_interval=0.2, durables=record, positions=exchange
+        )
         links.demand_interval = DEMAND_INTERVAL
         return self.run(links)
 
@@ -80,6 +90,8 @@ class Member:
 
         def start() -> None:
             broker.durable_homes = links.directory
+            if links.positions is not None:
+                broker.leases.homes = broker.stages.homes = links.positions.directory
             links.start()
 
         self.call(start)
@@ -135,10 +147,12 @@ def cluster(make_broker: Callable[..., BrokerThread]) -> Iterator[Callable[..., 
         ids = [chr(ord("a") + len(members) + i) for i in range(count)]
         made = [Member(i, make_broker((properties or {}).get(i))) for i in ids]
         members.extend(made)
-        durables = SharedDurables()
+        durables, positions = SharedDurables(), SharedPositions()
         for member in made:
             others = [other.peer for other in made if other is not member]
-            member.link_to(StaticPeers(others), flow_limit=flow_limit, durables=durables)
+            member.link_to(
+                StaticPeers(others), flow_limit=flow_limit, durables=durables, positions=positions
+            )
         return made
 
     yield make

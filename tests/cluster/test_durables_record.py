@@ -5,6 +5,7 @@ another member reads; and the directory the core asks."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar, cast
 
 import psycopg
 import pytest
@@ -23,6 +24,7 @@ from sluiceway.persist.schema import ensure_schema
 
 pytestmark = pytest.mark.timeout(60)
 
+R = TypeVar("R")
 Records = Callable[[str], DurableRecords]
 Stop = Callable[[str], None]
 
@@ -36,27 +38,45 @@ def member_row(url: str, broker: str, state: str) -> None:
         )
 
 
-@pytest.fixture(params=["database", "memory"])
-def record(request: pytest.FixtureRequest) -> Iterator[tuple[Records, Stop]]:
-    """(a member's view of the record, stopping a member) for either kind of record."""
+class Closing(Protocol):
+    def close(self) -> None: ...
+
+
+def record_views(
+    request: pytest.FixtureRequest,
+    shared: tuple[Callable[[str], R], Stop],
+    in_database: Callable[[Database, str], Closing],
+) -> Iterator[tuple[Callable[[str], R], Stop]]:
+    """(a member's view of a record, stopping a member) for the in-memory record `shared` or,
+    on a real PostgreSQL with members a, b and c operating, the one `in_database` makes."""
     if request.param == "memory":
-        shared = SharedDurables()
-        yield shared.member, shared.gone.add
+        yield shared
         return
     url = request.getfixturevalue("pg_url")
     database = Database(url)
     ensure_schema(database)
-    views: list[DatabaseDurables] = []
+    views: list[Closing] = []
     for broker in ("a", "b", "c"):
         member_row(url, broker, "OPERATING")
 
-    def view(broker: str) -> DurableRecords:
-        views.append(DatabaseDurables(database, "c1", broker))
-        return views[-1]
+    def view(broker: str) -> R:
+        views.append(in_database(database, broker))
+        return cast("R", views[-1])
 
     yield view, lambda broker: member_row(url, broker, "FAILED")
     for made in views:
         made.close()
+
+
+@pytest.fixture(params=["database", "memory"])
+def record(request: pytest.FixtureRequest) -> Iterator[tuple[Records, Stop]]:
+    """(a member's view of the record, stopping a member) for either kind of record."""
+    shared = SharedDurables()
+    yield from record_views(
+        request,
+        (shared.member, shared.gone.add),
+        lambda database, broker: DatabaseDurables(database, "c1", broker),
+    )
 
 
 def test_each_member_reads_where_the_others_subscriptions_live(

@@ -47,11 +47,13 @@ def test_a_version_1_database_is_upgraded_keeping_its_rows(pg_url: str) -> None:
     before = show_schema(database)
     assert before.version == 1
     assert "sluiceway_durable" not in before.rows
+    assert "sluiceway_position" not in before.rows
     assert ensure_schema(database, create=False) == (1, SCHEMA_VERSION)
     check_schema(database)
     after = show_schema(database)
     assert after.rows["sluiceway_broker"] == 1
     assert after.rows["sluiceway_durable"] == 0
+    assert after.rows["sluiceway_position"] == 0
 
 
 def test_a_newer_schema_is_refused_naming_both_versions(pg_url: str) -> None:

@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from sluiceway.admin import model
 from sluiceway.cluster.durables import DurableDirectory
 from sluiceway.cluster.lease import MemberState
+from sluiceway.cluster.positions import PositionDirectory
 from sluiceway.cluster.table import Event, Member
 
 if TYPE_CHECKING:
@@ -65,6 +66,17 @@ class DurableHome:
 
 
 @dataclass(frozen=True, slots=True)
+class PositionHome:
+    """A pipeline position of the cluster (a queue's lease group, a sink) and the member it
+    lives on (cluster.positions): the other members refuse it, naming that member."""
+
+    kind: str  # lease | sink
+    destination: str  # the queue of a lease group ("" for a sink)
+    name: str  # the group or the sink
+    broker_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterView:
     """The cluster this broker is a member of (ha False: a broker of its own)."""
 
@@ -75,6 +87,7 @@ class ClusterView:
     events: list[ClusterEvent]
     takeovers: int  # takeovers this broker completed since it started
     durables: list[DurableHome]  # as this broker last read the cluster's record
+    positions: list[PositionHome]  # the same
 
 
 def cluster_view(services: BrokerView) -> ClusterView:
@@ -92,6 +105,7 @@ def cluster_view(services: BrokerView) -> ClusterView:
             events=[],
             takeovers=0,
             durables=_durables(services),
+            positions=_positions(services),
         )
     return ClusterView(
         ha=True,
@@ -101,6 +115,7 @@ def cluster_view(services: BrokerView) -> ClusterView:
         events=[_event(event) for event in snapshot.events],
         takeovers=cluster.monitor.takeovers,
         durables=_durables(services),
+        positions=_positions(services),
     )
 
 
@@ -111,6 +126,13 @@ def _durables(services: BrokerView) -> list[DurableHome]:
     homes = dict(directory.homes)
     homes.update(dict.fromkeys(directory.own, directory.broker_id))
     return [DurableHome(key[0], key[1], home) for key, home in sorted(homes.items())]
+
+
+def _positions(services: BrokerView) -> list[PositionHome]:
+    directory = services.broker.leases.homes
+    if not isinstance(directory, PositionDirectory):
+        return []
+    return [PositionHome(*key, home) for key, home in sorted(directory.everywhere().items())]
 
 
 def _this_broker(services: BrokerView, messages: int) -> MemberSnapshot:

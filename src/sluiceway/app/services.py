@@ -32,6 +32,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -42,6 +43,7 @@ from sluiceway.cluster.adoption import OnLoop, loop_caller
 from sluiceway.cluster.lease import FencedError
 from sluiceway.cluster.links import Links, cluster_links
 from sluiceway.cluster.member import ClusterMember
+from sluiceway.cluster.positions import own_positions
 from sluiceway.cluster.shared_counts import SharedCounts
 from sluiceway.cluster.store_takeover import takeover_for
 from sluiceway.config import BrokerConfig
@@ -198,9 +200,14 @@ class Services:
             self.history = HistoryWriter(self, Path(config.data_directory) / "metrics")
             self.every_tick(self.history.tick)
         if config.cluster_ha:
-            self.links = cluster_links(self.broker, config, self.addresses().get("stomp"))
+            broker = self.broker
+            positions = partial(own_positions, broker.leases, broker.stages)
+            self.links = cluster_links(broker, config, self.addresses().get("stomp"), positions)
             # Subscribers here of durable subscriptions living on other members (cluster.durables).
-            self.broker.durable_homes = self.links.directory
+            broker.durable_homes = self.links.directory
+            # Pipeline lease groups and sinks living on other members (cluster.positions).
+            if self.links.positions is not None:
+                broker.leases.homes = broker.stages.homes = self.links.positions.directory
             self.links.start()
         if self.gate is not None:  # deleted users and revoked rights reach open connections
             watcher = AccessWatcher(self.gate, lambda: open_sessions(self.listeners))

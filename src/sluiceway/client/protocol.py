@@ -115,7 +115,8 @@ def refusal(frame: Frame) -> BrokerError:
     """The BrokerError an ERROR frame, or a failed RECEIPT, stands for.
 
     The `status` header is Open MQ's status code (500 when missing or not a number); `message`,
-    `detail`, `destination`, `limit` and `limit-value` are kept as the broker wrote them. An
+    `detail`, `destination`, `limit`, `limit-value`, `member` and `member-address` are kept as
+    the broker wrote them. An
     ERROR without `detail` carries its explanation in the body.
     """
     headers = frame.headers
@@ -133,6 +134,8 @@ def refusal(frame: Frame) -> BrokerError:
         destination=headers.get("destination"),
         limit=headers.get("limit"),
         limit_value=headers.get("limit-value"),
+        member=headers.get("member"),
+        member_address=headers.get("member-address"),
     )
 
 

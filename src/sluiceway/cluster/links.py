@@ -32,6 +32,7 @@ import contextlib
 import ipaddress
 import logging
 import stat
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Final
@@ -47,6 +48,7 @@ from sluiceway.cluster.durables import (
 from sluiceway.cluster.forwarding import Seen
 from sluiceway.cluster.peer_link import Budget, LinkSettings, PeerLink
 from sluiceway.cluster.peers import DatabasePeers, Peer, Peers
+from sluiceway.cluster.positions import DatabasePositions, Position, PositionExchange
 from sluiceway.config.cluster import ClusterConfig
 from sluiceway.core.broker import read_by_client
 from sluiceway.core.model.queue import Queue
@@ -83,6 +85,7 @@ class Links:
         peers_interval: float,
         demand_interval: float = DEMAND_INTERVAL_S,
         durables: DurableRecords | None = None,
+        positions: PositionExchange | None = None,
     ) -> None:
         self.local = local
         self.peers = peers
@@ -100,6 +103,8 @@ class Links:
         self._durables_failing = False
         self._removal_failing: set[tuple[str, str]] = set()
         self._split: set[tuple[str, str]] = set()  # here and recorded elsewhere: warned of
+        # Where the pipelines' lease groups and sinks live (cluster.positions).
+        self.positions = positions
         # What each member's link published here, kept while the member's link is made again.
         self.seen: dict[str, Seen] = {}
         self.budget = Budget()  # what the links may publish here until the next reading
@@ -128,7 +133,7 @@ class Links:
             await link.stop(grace)
         self.links.clear()
         self.durable_links.clear()
-        for source in (self.peers, self.durables):
+        for source in (self.peers, self.durables, self.positions):
             close = getattr(source, "close", None)
             if close is not None:
                 await asyncio.to_thread(close)
@@ -142,6 +147,8 @@ class Links:
                 if members_round:
                     await self._follow_peers()
                     await self._exchange_durables()
+                    if self.positions is not None:
+                        await self.positions.exchange()
                     next_peers = loop.time() + self.peers_interval
                 demand = self._follow_demand()
                 await self._follow_durables(demand)
@@ -280,6 +287,8 @@ class Links:
         that moved gets a new one."""
         current = {peer.broker_id: peer for peer in peers}
         self._members = current
+        if self.positions is not None:
+            self.positions.directory.follow(peers)
         for broker_id, link in list(self.links.items()):
             if current.get(broker_id) != link.peer:
                 del self.links[broker_id]
@@ -294,11 +303,15 @@ class Links:
 
 
 def cluster_links(
-    local: LocalConsumers, config: ClusterConfig, stomp: tuple[str, int] | None
+    local: LocalConsumers,
+    config: ClusterConfig,
+    stomp: tuple[str, int] | None,
+    own_positions: Callable[[], list[Position]] | None = None,
 ) -> Links:
     """The links of a broker of an enhanced cluster (`imq.cluster.ha`): members read from the
     shared database, the broker's own plain STOMP listener at `stomp` to publish to (None: it
-    has none, which a member cannot do without)."""
+    has none, which a member cannot do without), and with `own_positions` (this broker's
+    pipeline positions, read on its loop) the record of where each lives."""
     if stomp is None:
         raise ConfigError(
             "imq.stomp.tcp.port",
@@ -323,7 +336,18 @@ def cluster_links(
     database = member_database(config)
     peers = DatabasePeers(database, config.cluster_id, config.broker_id)
     durables = DatabaseDurables(database, config.cluster_id, config.broker_id)
-    return Links(local, peers, settings, peers_interval=config.monitor_interval, durables=durables)
+    positions = None
+    if own_positions is not None:
+        records = DatabasePositions(database, config.cluster_id, config.broker_id)
+        positions = PositionExchange(records, own_positions, config.broker_id)
+    return Links(
+        local,
+        peers,
+        settings,
+        peers_interval=config.monitor_interval,
+        durables=durables,
+        positions=positions,
+    )
 
 
 def read_link_password(path: str) -> str:

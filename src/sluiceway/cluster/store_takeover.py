@@ -172,11 +172,13 @@ class StoreTakeover:
                 )
             # Its durable subscriptions live here now (those replaced here are let go by this
             # broker's next exchange of its durables, cluster.durables).
-            connection.execute(
-                "UPDATE sluiceway_durable SET broker_id = %s, updated_at = now() "
-                "WHERE cluster_id = %s AND broker_id = %s",
-                (self._config.broker_id, cluster_id, broker_id),
-            )
+            # So do its pipeline positions (cluster.positions), which the adopter brought here.
+            for rows in ("sluiceway_durable", "sluiceway_position"):
+                connection.execute(
+                    f"UPDATE {rows} SET broker_id = %s, updated_at = now() "  # noqa: S608
+                    "WHERE cluster_id = %s AND broker_id = %s",
+                    (self._config.broker_id, cluster_id, broker_id),
+                )
             forget_member(connection, cluster_id, broker_id)
 
 

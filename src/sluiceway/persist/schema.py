@@ -21,7 +21,7 @@ from sluiceway.persist.database import Database, DatabaseError
 if TYPE_CHECKING:
     import psycopg
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 # pg_advisory_xact_lock key for creating and upgrading the schema: "SLUICEWY" in ASCII.
 SCHEMA_LOCK: Final = 0x534C55494345_5759
 
@@ -33,6 +33,7 @@ TABLES: Final = (
     "sluiceway_event",
     "sluiceway_destination",
     "sluiceway_durable",
+    "sluiceway_position",
 )
 
 # Each version's statements, applied in order from the database's version to SCHEMA_VERSION.
@@ -126,6 +127,21 @@ UPGRADES: Final[dict[int, tuple[str, ...]]] = {
             broker_id text NOT NULL,
             updated_at timestamptz NOT NULL DEFAULT now(),
             PRIMARY KEY (cluster_id, client_id, name)
+        )
+        """,
+    ),
+    3: (
+        # Every pipeline reader's lease group and every sink of a cluster, and the member each
+        # lives on: the others refuse them, naming it, instead of starting anew (cluster.positions).
+        """
+        CREATE TABLE sluiceway_position (
+            cluster_id text NOT NULL,
+            kind text NOT NULL,
+            destination text NOT NULL,
+            name text NOT NULL,
+            broker_id text NOT NULL,
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (cluster_id, kind, destination, name)
         )
         """,
     ),

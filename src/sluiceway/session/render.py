@@ -241,7 +241,8 @@ def failed_receipt_frame(receipt: str, error: BrokerError, version: StompVersion
 
 
 def _refusal_headers(error: BrokerError) -> dict[str, str]:
-    """`destination`, `limit` and `limit-value` of a refusal caused by a limit."""
+    """`destination`, `limit` and `limit-value` of a refusal caused by a limit; `member` and
+    `member-address` of one of something that lives on another member of a cluster."""
     headers = {}
     if error.destination is not None:
         headers["destination"] = error.destination
@@ -249,4 +250,8 @@ def _refusal_headers(error: BrokerError) -> dict[str, str]:
         headers["limit"] = error.limit
     if error.limit_value is not None:
         headers["limit-value"] = error.limit_value
+    if error.member is not None:
+        headers["member"] = error.member
+    if error.member_address is not None:
+        headers["member-address"] = error.member_address
     return headers

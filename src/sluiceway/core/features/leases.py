@@ -58,6 +58,7 @@ from sluiceway.core.values.leasing import (
 )
 from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.positions import PositionHomes
 from sluiceway.errors import BadRequest, Gone, NotFound, ResourceFull, Unavailable
 from sluiceway.naming import DestinationKind, DestinationName
 
@@ -182,6 +183,8 @@ class Leases:
         self._open = 0
         # Told of every lease, to keep them across restarts (persist.lease_extension).
         self.recorder: LeaseRecorder = Unrecorded()
+        # In a cluster, where the groups this broker does not have live.
+        self.homes: PositionHomes | None = None
 
     @property
     def open_count(self) -> int:
@@ -213,6 +216,7 @@ class Leases:
         key = (destination.name, request.group)
         group = self._groups.get(key)
         if group is None:
+            self._check_elsewhere(destination.name, request.group)
             self._check_new_group(destination, name)
             group = LeaseGroup(destination.name, request.group)
         elif request.number <= group.high:
@@ -225,6 +229,16 @@ class Leases:
         lease = self._create(destination, group, request)
         self._add_group(group)
         return LeaseView(name, LeaseState.OPEN, lease)
+
+    def _check_elsewhere(self, queue: DestinationName, group: str) -> None:
+        """Refuse a group this broker does not have when it lives on another cluster member."""
+        refusal = None if self.homes is None else self.homes.lease_group(queue, group)
+        if refusal is not None:
+            raise refusal
+
+    def group_keys(self) -> list[tuple[DestinationName, str]]:
+        """Every lease group of the broker, as (queue, group name)."""
+        return list(self._groups)
 
     def _check_new_group(self, queue: Queue, lease: str) -> None:
         """Refuse a new group on `queue` beyond imq.lease.max_groups (before anything is made)."""
@@ -349,6 +363,8 @@ class Leases:
 
     def _group(self, name: DestinationName, group_name: str, number: int) -> LeaseGroup:
         group = self._groups.get((name, group_name))
+        if group is None:
+            self._check_elsewhere(name, group_name)
         if group is None or number > group.high:
             raise NotFound(
                 "no such lease",

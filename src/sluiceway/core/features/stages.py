@@ -39,6 +39,7 @@ from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.values.live_config import LiveConfig
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.positions import PositionHomes
 from sluiceway.core.values.staging import (
     MAX_EXPIRES,
     OpenStage,
@@ -189,6 +190,7 @@ class StageArea:
         self._commit_lsn: dict[str, int] = {}  # sink -> where that commit is in the journal
         self.next_id = 1  # stage ids are never reused (the journal tells stages apart by them)
         self.late = 0  # SENDs staged into a batch already committed, dropped
+        self.homes: PositionHomes | None = None  # in a cluster: where sinks not here live
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -201,6 +203,16 @@ class StageArea:
 
     def is_committed(self, sink: str, batch: int) -> bool:
         return batch <= self.committed.get(sink, -1)
+
+    def sinks(self) -> set[str]:
+        """The sinks this broker has: a committed batch remembered, or an open stage."""
+        return {*self.committed, *(sink for sink, _ in self._batches)}
+
+    def _check_elsewhere(self, sink: str) -> None:
+        """Refuse a sink this broker does not have when it lives on another cluster member."""
+        refusal = None if self.homes is None else self.homes.sink(sink)
+        if refusal is not None and sink not in self.sinks():
+            raise refusal
 
     # -- staging -------------------------------------------------------------------------------
 
@@ -216,6 +228,7 @@ class StageArea:
                 "it while publishing; stage to another destination",
                 destination=destination.name.path,
             )
+        self._check_elsewhere(name.sink)
         if self.is_committed(name.sink, name.batch):
             self._dropped_late(name)
             return None
@@ -314,6 +327,7 @@ class StageArea:
         `counts` (what each task staged, as its writer counted), a stage that holds another
         number of messages here refuses the whole COMMIT (409), which then changes nothing: it
         expired, or was staged on another broker."""
+        self._check_elsewhere(sink)
         if self.is_committed(sink, batch):
             return StageOutcome(StageState.COMMITTED_BEFORE, 0, self._commit_lsn.get(sink, 0))
         listed = self._batches.get((sink, batch), {})
@@ -390,6 +404,7 @@ class StageArea:
 
     def abort(self, sink: str, batch: int, tasks: Sequence[str] | None) -> StageOutcome:
         """Discard the stages of SINK/BATCH (only those of `tasks`, when given)."""
+        self._check_elsewhere(sink)
         if self.is_committed(sink, batch):
             return StageOutcome(StageState.COMMITTED_BEFORE, 0, self._commit_lsn.get(sink, 0))
         stages = self._batches.get((sink, batch), {})
