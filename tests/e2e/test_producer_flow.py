@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from sluiceway.client import AckMode, ConnectionFactory, Message, ResourceFull
+from sluiceway.client.pipeline import PipelineConnection, PipelineSettings
 from sluiceway.core.broker import Broker, PauseTarget
 from sluiceway.core.model.holding import HeldProducer
 from sluiceway.errors import Forbidden
@@ -619,6 +620,29 @@ def test_paused_consumers_get_nothing_until_resumed(make_broker: BrokerFactory) 
     assert texts(consumed.wait_messages(3)) == ["0", "1", "2"]
     producer.disconnect()
     consumer.disconnect()
+
+
+def test_browsing_and_lease_reads_go_on_while_consumers_are_paused(
+    make_broker: BrokerFactory,
+) -> None:
+    """A browse consumes nothing: paused consumers do not hold it (nothing would wake it)."""
+    broker = make_broker()
+    producer, recorder = connect(broker.port)
+    for i in range(3):
+        send_confirmed(producer, recorder, "/queue/b", f"{i}")
+    settings = PipelineSettings(port=broker.port, timeout=30.0)
+    with PipelineConnection(settings) as reader:
+        first = [m.body for m in reader.read_lease("/queue/b", "g/1", max_messages=2)]
+        pause(broker, "/queue/b", PauseTarget.CONSUMERS)
+        assert reader.head("/queue/b").message_count == 1
+        browsed = reader.read_range("/queue/b", 0, None)
+        assert [m.body for m in browsed] == [b"2"]
+        assert [m.body for m in reader.read_lease("/queue/b", "g/1")] == first
+        # A new lease takes nothing from a queue whose consumers are paused.
+        assert list(reader.read_lease("/queue/b", "g/2")) == []
+        resume(broker, "/queue/b", PauseTarget.CONSUMERS)
+        assert [m.body for m in reader.read_lease("/queue/b", "g/3")] == [b"2"]
+    producer.disconnect()
 
 
 def test_dead_message_queue_cannot_be_paused(broker: BrokerThread) -> None:

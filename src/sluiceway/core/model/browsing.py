@@ -45,6 +45,11 @@ class _Browser(Subscription):
         """`to-sequence` at or below `from-sequence`: only the end marker is wanted."""
         return self._to is not None and self._to <= self._from
 
+    def ready(self) -> bool:
+        # A browse consumes nothing: it goes on while the destination's consumers are paused
+        # (`pause dst`, or a takeover adopting into it), which no resume would wake it from.
+        return self.has_room()
+
     def _room(self) -> int:
         return self.window.credit if self.window.limit > 0 else UNLIMITED_STAGING
 

@@ -120,7 +120,11 @@ class Subscription:
 
     def ready(self) -> bool:
         """May the destination stage another message here now?"""
-        if not self.active or self.destination.paused_consumers:
+        return not self.destination.paused_consumers and self.has_room()
+
+    def has_room(self) -> bool:
+        """Whether this subscription and its connection may take another message now."""
+        if not self.active:
             return False
         window = self.window
         if window.limit > 0:
