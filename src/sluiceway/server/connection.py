@@ -36,7 +36,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, cast
 
-from sluiceway.errors import BadRequest, BrokerError, InternalError, Unavailable
+from sluiceway.errors import BadRequest, BrokerError, Unavailable
 from sluiceway.server.snapshots import ConnectionInfo, Traffic
 from sluiceway.session.input_budget import InputBudget
 from sluiceway.session.render import error_frame
@@ -606,7 +606,15 @@ class StompProtocol(asyncio.Protocol):
         if self._ending and self._transport is not None:
             self._transport.close()
             return
-        self.fail(InternalError("broker shutting down", "the broker is shutting down"))
+        # 503: nothing was wrong with the request; a client may come back when the broker is
+        # up again (or go to another member of its cluster).
+        self.fail(
+            Unavailable(
+                "broker shutting down",
+                "the broker is shutting down; connect again once it is back, or to another "
+                "member of its cluster",
+            )
+        )
 
 
 def _sockopt(sock: object, level: int, option: int) -> int:
