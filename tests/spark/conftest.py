@@ -49,6 +49,15 @@ def spark_environment() -> dict[str, str]:
     return {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
 
 
+@pytest.fixture
+def job_env() -> dict[str, str]:
+    """The environment of a Spark driver run as a process of its own (skipped without Java)."""
+    problem = java_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    return {**os.environ, **spark_environment()}
+
+
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
     problem = java_problem()

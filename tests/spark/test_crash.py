@@ -5,7 +5,6 @@ nothing, reading a topic by sequence number and a queue by leases."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -18,21 +17,13 @@ import pytest
 from sluiceway.client.pipeline import PipelineConnection
 from sluiceway.testing import BrokerThread
 from tests.processes import group_killed
-from tests.spark.conftest import java_problem, publish, settings, spark_environment, wait_for
+from tests.spark.conftest import publish, settings, wait_for
 from tests.spark.crash_job import BATCH, QUERIES
 
 JOB: Final = Path(__file__).with_name("crash_job.py")
 MESSAGES: Final = 3000
 BATCHES: Final = MESSAGES // BATCH
 RUN_WAIT: Final = 240.0
-
-
-@pytest.fixture
-def job_env() -> dict[str, str]:
-    problem = java_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    return {**os.environ, **spark_environment()}
 
 
 @pytest.fixture

@@ -91,6 +91,10 @@ def test_defaults_leave_the_limits_to_the_broker() -> None:
         ({"destination": "/queue/a", "port": "70000"}, "port", "65535"),
         ({"destination": "/queue/a", "leaseTtlSec": "-1"}, "leaseTtlSec", "seconds"),
         ({"destination": "/queue/a", "addresses": "a:b"}, "addresses", "a valid port"),
+        ({"destination": "/queue/a", "failoverDeadlineSec": "-1"}, "failoverDeadlineSec", "from 0"),
+        ({"destination": "/queue/a", "failoverDeadlineSec": "soon"}, "failoverDeadlineSec", "0"),
+        ({"destination": "/queue/a", "timeoutSec": "0"}, "timeoutSec", "above 0"),
+        ({"destination": "/queue/a", "retryPauseSec": "0"}, "retryPauseSec", "above 0"),
     ],
 )
 def test_a_bad_option_is_refused_naming_it_and_what_it_accepts(
@@ -137,3 +141,25 @@ def test_sink_options() -> None:
     assert default.destination is None
     with pytest.raises(ConfigError, match="priority"):
         sink_options({"priority": "10"})
+
+
+def test_failover_is_on_by_default_and_off_at_0_for_source_and_sink() -> None:
+    source = source_options({"destination": "/queue/a"}).connection
+    sink = sink_options({}).connection
+    assert source.failover == sink.failover == 60.0
+    assert source.retry.pause == sink.retry.pause == 0.1
+    off = source_options(spark_options(destination="/queue/a", failoverDeadlineSec="0"))
+    assert off.connection.failover == 0.0
+    assert sink_options(spark_options(failoverDeadlineSec="0")).connection.failover == 0.0
+
+
+def test_the_source_pauses_between_failover_attempts_as_the_sink_does() -> None:
+    parsed = source_options(
+        spark_options(destination="/queue/a", failoverDeadlineSec="2.5", retryPauseSec="0.4")
+    )
+    assert parsed.connection.failover == 2.5
+    assert parsed.connection.retry.pause == 0.4
+    assert parsed.connection.retry.max_pause == 5.0
+    sink = sink_options(spark_options(failoverDeadlineSec="15", retryPauseSec="0.3"))
+    assert (sink.connection.failover, sink.connection.retry.pause) == (15.0, 0.3)
+    assert sink.connection.retry.deadline == 60.0  # retryDeadlineSec: the sends' own

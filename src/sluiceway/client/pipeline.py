@@ -13,15 +13,19 @@ can use it without an event loop:
 
 It connects on first use and never holds a socket when pickled: a Spark reader or writer that
 owns one can be shipped to executors as it is, and each copy opens its own connection there.
-Every pipeline operation is idempotent (the protocol says so), so one that fails because an idle
-connection was lost is retried once on a new connection; sends are not, since a send repeated
-after a lost receipt could publish twice.
+Every pipeline operation is idempotent (the protocol says so), so one that fails because the
+connection was lost, a connect failed, the broker did not answer in time or answered 503, is
+tried again, elsewhere if need be, for up to `settings.failover` seconds (`pipeline_failover`);
+with `failover` 0, only a request that finds an idle connection lost is tried again, once. A
+send is not repeated once written, since a send repeated after a lost receipt could publish
+twice: only connecting fails over.
 
 Sends always ask for a receipt (the client asks for refusals as failed receipts, so the
 connection stays open). Refused sends (status 414: a destination or system limit, or a send held
-longer than `imq.producer.hold.timeout`) are retried with exponential back-off up to the retry
-policy's deadline, then raised as the broker's own error (status, `message`, `destination`,
-`limit`, `limit-value`), with how long the client tried.
+longer than `imq.producer.hold.timeout`; 503: a stage of a sink being taken over) are retried
+with exponential back-off up to the retry policy's deadline, then raised as the broker's own
+error (status, `message`, `destination`, `limit`, `limit-value`), with how long the client
+tried.
 """
 
 from __future__ import annotations
@@ -33,6 +37,15 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Final
 
+from sluiceway.client.pipeline_failover import (
+    Address,
+    LeaseResume,
+    RangeResume,
+    Resume,
+    recoverable,
+    resumed_read,
+    with_failover,
+)
 from sluiceway.client.pipeline_sends import SendWindow
 from sluiceway.client.pipeline_values import (
     DEFAULT_MAX_INFLIGHT,
@@ -93,18 +106,30 @@ class Read:
     """The messages of one read, in order, as they arrive; `end` once they are all read.
 
     Iterate once. Leaving the iteration early closes the connection (the rest of the read is
-    still on its way); the next operation opens a new one.
+    still on its way); the next operation opens a new one. With failover on, an interrupted
+    read goes on as `resume` says (by default: read again, taking everything).
     """
 
-    def __init__(self, connection: PipelineConnection, headers: dict[str, str]) -> None:
+    def __init__(
+        self,
+        connection: PipelineConnection,
+        headers: dict[str, str],
+        resume: Resume | None = None,
+    ) -> None:
         self._connection = connection
         self._headers = headers
+        self._resume = resume or Resume(headers, f"read of {headers.get('destination')}")
         self.end: EndMarker | None = None
 
     def __iter__(self) -> Iterator[PipelineMessage]:
+        connection = self._connection
+        if connection.settings.failover > 0:
+            items = resumed_read(connection, connection._read, self._resume)
+        else:
+            items = connection._read(self._headers)
         finished = False
         try:
-            for item in self._connection._read(self._headers):
+            for item in items:
                 if isinstance(item, EndMarker):
                     self.end = item
                 else:
@@ -128,6 +153,7 @@ class PipelineConnection:
     def __init__(self, settings: PipelineSettings | None = None) -> None:
         self.settings = settings or PipelineSettings()
         self._socket: socket.socket | None = None
+        self.last_address: Address | None = None  # the broker it last connected to
         self._decoder: FrameDecoder | None = None
         self.receipt_numbers: Iterator[int] = itertools.count(1)  # receipt and subscription ids
         self._receipts: Receipts[None] = Receipts(self.receipt_numbers)
@@ -149,25 +175,35 @@ class PipelineConnection:
         return self._socket is not None
 
     @staticmethod
-    def _open_socket(settings: PipelineSettings) -> tuple[socket.socket, int]:
-        """A socket to the first broker of `settings.targets` that answers, and its port."""
+    def _open_socket(addresses: Iterable[Address], timeout: float) -> tuple[socket.socket, Address]:
+        """A socket to the first broker of `addresses` that answers, and its address."""
         failures: list[str] = []
-        for host, port in settings.targets:
+        for host, port in addresses:
             try:
-                return socket.create_connection((host, port), settings.timeout), port
+                return socket.create_connection((host, port), timeout), (host, port)
             except OSError as exc:
                 failures.append(f"{host}:{port}: {exc}")
         raise ConnectFailedError(f"cannot connect to the broker at {'; '.join(failures)}")
 
     def connect(self) -> None:
         """Open the connection now (operations do it themselves when needed)."""
-        if self._socket is not None:
-            return
+        if self._socket is None:
+            settings = self.settings
+            self._start(*self._open_socket(settings.targets, settings.timeout))
+
+    def connect_to(self, address: Address, timeout: float) -> None:
+        """Open a new connection to `address` alone, waiting up to `timeout` seconds for TCP
+        (failover chooses where to go)."""
+        self.close()
+        self._start(*self._open_socket([address], timeout))
+
+    def _start(self, sock: socket.socket, address: Address) -> None:
+        """CONNECT on the new socket `sock` to `address`."""
         settings = self.settings
-        sock, port = self._open_socket(settings)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(settings.timeout)
         self._socket = sock
+        self.last_address = address
         self._decoder = decoder = FrameDecoder(max_header_count=CLIENT_MAX_HEADER_COUNT)
         # No heart-beats: the connection is used in short bursts by one thread, which notices
         # a dead broker by its own timeout.
@@ -177,7 +213,7 @@ class PipelineConnection:
             version = connected_version(self.next_frame())
         except BrokerError as exc:
             self.close()
-            raise request.refused(exc, port) from None
+            raise request.refused(exc, address[1]) from None
         except BaseException:
             self.close()
             raise
@@ -253,20 +289,18 @@ class PipelineConnection:
         self.close()
         return refusal(frame)
 
-    def _request(self, frame: Frame) -> Frame:
-        """Send `frame` with a receipt and return the RECEIPT; raise the broker's refusal.
+    def _request(self, frame: Frame, what: str) -> Frame:
+        """Send `frame` with a receipt and return the RECEIPT, failing over as the settings
+        say (every pipeline operation is idempotent). A refusal with status 503 is raised
+        here, so that failover sees it; other refusals are returned, for `_check`."""
 
-        Every pipeline operation is idempotent, so one that finds an idle connection lost is
-        tried once more on a new one.
-        """
-        reused = self._socket is not None
-        try:
-            return self._request_once(frame)
-        except (ConnectionClosedError, OperationTimeoutError):
-            if not reused:
-                raise
-            log.info("pipeline connection lost while idle; retrying %s once", frame.command)
-            return self._request_once(frame)
+        def attempt() -> Frame:
+            reply = self._request_once(frame)
+            if is_failed_receipt(reply) and recoverable(error := refusal(reply)):
+                raise error
+            return reply
+
+        return with_failover(self, f"{frame.command} of {what}", attempt)
 
     def _request_once(self, frame: Frame) -> Frame:
         self.connect()
@@ -341,25 +375,20 @@ class PipelineConnection:
             headers["cursor"] = cursor
             if cursor_start is not None:
                 headers["cursor-start"] = cursor_start
-        return Read(self, headers)
+        return Read(self, headers, RangeResume(headers, f"range read of {destination}"))
 
     def head(
         self, destination: str, *, cursor: str | None = None, cursor_start: str | None = None
     ) -> EndMarker:
         """The head, the oldest retained message and the limits: an empty range read."""
-        reused = self._socket is not None
-        try:
-            return self._head_once(destination, cursor, cursor_start)
-        except (ConnectionClosedError, OperationTimeoutError):
-            if not reused:
-                raise
-            return self._head_once(destination, cursor, cursor_start)
 
-    def _head_once(
-        self, destination: str, cursor: str | None, cursor_start: str | None
-    ) -> EndMarker:
-        read = self.read_range(destination, 0, 0, cursor=cursor, cursor_start=cursor_start)
-        return read.drain()
+        def attempt() -> EndMarker:
+            read = self.read_range(destination, 0, 0, cursor=cursor, cursor_start=cursor_start)
+            return read.drain()
+
+        if self.settings.failover > 0:
+            return attempt()  # the read fails over by itself
+        return with_failover(self, f"head of {destination}", attempt)
 
     # -- topic cursors -----------------------------------------------------------------------------
 
@@ -370,26 +399,12 @@ class PipelineConnection:
 
     def commit_cursor(self, topic: str, group: str, sequence: int) -> None:
         """Move cursor GROUP to `sequence` (never back); the messages before it are released."""
-        self._check(
-            self._request(
-                Frame(
-                    "ACK",
-                    {
-                        "id": "cursor",
-                        "destination": topic,
-                        "cursor": group,
-                        "sequence": str(sequence),
-                    },
-                )
-            )
-        )
+        headers = {"id": "cursor", "destination": topic, "cursor": group, "sequence": str(sequence)}
+        self._check(self._request(Frame("ACK", headers), f"cursor {group} of {topic}"))
 
     def delete_cursor(self, topic: str, group: str) -> None:
-        self._check(
-            self._request(
-                Frame("UNSUBSCRIBE", {"id": "cursor", "destination": topic, "cursor": group})
-            )
-        )
+        headers = {"id": "cursor", "destination": topic, "cursor": group}
+        self._check(self._request(Frame("UNSUBSCRIBE", headers), f"cursor {group} of {topic}"))
 
     # -- queue leases ------------------------------------------------------------------------------
 
@@ -411,7 +426,7 @@ class PipelineConnection:
             headers["lease-max-bytes"] = str(max_bytes)
         if ttl_ms is not None:
             headers["lease-ttl"] = str(ttl_ms)
-        return Read(self, headers)
+        return Read(self, headers, LeaseResume(headers, f"read of lease {lease} of {queue}"))
 
     def ack_lease(self, queue: str, lease: str) -> LeaseState:
         """Acknowledge lease `GROUP/N`: its messages are consumed. EXPIRED when it had expired
@@ -423,7 +438,8 @@ class PipelineConnection:
         return self._settle_lease("NACK", queue, lease)
 
     def _settle_lease(self, command: str, queue: str, lease: str) -> LeaseState:
-        reply = self._request(Frame(command, {"id": "lease", "destination": queue, "lease": lease}))
+        headers = {"id": "lease", "destination": queue, "lease": lease}
+        reply = self._request(Frame(command, headers), f"lease {lease} of {queue}")
         if reply.headers.get("status") == str(STATUS_GONE):
             return LeaseState.EXPIRED
         state = self._check(reply).headers.get("lease-state")
@@ -450,7 +466,7 @@ class PipelineConnection:
         }
         if counts is not None:
             headers["stage-counts"] = ",".join(str(count) for count in counts)
-        reply = self._check(self._request(Frame("COMMIT", headers)))
+        reply = self._check(self._request(Frame("COMMIT", headers), f"stage {sink}/{batch}"))
         text = reply.headers.get("stage-state", "")
         try:
             state = StageState(text)
@@ -463,7 +479,7 @@ class PipelineConnection:
         headers = {"transaction": "stage", "stage": f"{sink}/{batch}"}
         if tasks is not None:
             headers["stage-tasks"] = ",".join(tasks)
-        self._check(self._request(Frame("ABORT", headers)))
+        self._check(self._request(Frame("ABORT", headers), f"stage {sink}/{batch}"))
 
     # -- sends -----------------------------------------------------------------------------------
 
@@ -484,9 +500,11 @@ class PipelineConnection:
         with a status of the retry policy is sent again after a pause growing by `backoff`,
         until it has been refused for `deadline` seconds; then the broker's last refusal is
         raised. Order is kept except for a refused message, which lands after the messages
-        that were already on their way behind it (at most `max_inflight`).
+        that were already on their way behind it (at most `max_inflight`). Connecting fails
+        over as the settings say; a connection lost once a send was written is not (the send
+        might be published twice), its error is raised.
         """
-        self.connect()
+        with_failover(self, "connecting to send", self.connect)
         sender = SendWindow(self, stage, stage_ttl_ms)
         for message in messages:
             sender.add(message)

@@ -3,8 +3,9 @@
 Every SEND asks for a receipt. Up to `max_inflight` sends (and `max_inflight_bytes` of bodies)
 wait for theirs at once, which is what makes persistent sends cheap: the broker syncs its
 journal once for many. A send refused with a status of the retry policy (414: a destination or
-system limit, or a send held longer than `imq.producer.hold.timeout`) is kept; once the window
-has emptied, the refused sends go again, in their order, after a pause that grows by the
+system limit, or a send held longer than `imq.producer.hold.timeout`), or with 503 (a stage sent
+to a cluster member still taking its sink over from a member that failed), is kept; once the
+window has emptied, the refused sends go again, in their order, after a pause that grows by the
 policy's `backoff` up to `max_pause`. One refused for longer than the policy's `deadline` ends
 the send with the broker's refusal, its class and headers kept, saying how long it was tried.
 """
@@ -16,9 +17,10 @@ import time
 from collections.abc import Iterator
 from typing import Final, Protocol
 
+from sluiceway.client.pipeline_failover import restated
 from sluiceway.client.pipeline_values import OutgoingMessage, PipelineSettings
 from sluiceway.client.protocol import Receipts
-from sluiceway.errors import BrokerError
+from sluiceway.errors import BrokerError, Unavailable
 from sluiceway.protocol.frames import Frame
 
 log = logging.getLogger("sluiceway.client.pipeline")
@@ -113,7 +115,7 @@ class SendWindow:
             if self.first_refused.pop(id(message), None) is not None and not self.first_refused:
                 self.pause = self.settings.retry.pause  # every refused one got through
             return
-        if not isinstance(error, self.settings.retry.retry_on):
+        if not isinstance(error, (*self.settings.retry.retry_on, Unavailable)):
             raise error
         self.refused.append((message, error))
 
@@ -147,11 +149,8 @@ def gave_up(error: BrokerError, waited: float, count: int) -> BrokerError:
     """The broker's refusal, the same class and headers, saying how long the client tried."""
     where = f" to {error.destination}" if error.destination else ""
     limit = f"; limit {error.limit}={error.limit_value}" if error.limit else ""
-    return type(error)(
-        error.summary,
+    return restated(
+        error,
         f"{count} send(s){where} still refused after retrying for {waited:.1f} s "
         f"(status {int(error.status)}: {error.summary}{limit}): {error}",
-        destination=error.destination,
-        limit=error.limit,
-        limit_value=error.limit_value,
     )

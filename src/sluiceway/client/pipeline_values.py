@@ -3,6 +3,7 @@ lease and stage states. Plain frozen values, safe to pickle and to ship to Spark
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -64,6 +65,10 @@ class PipelineSettings:
     # Brokers to try in order, each (host, port), in place of host and port: the members of a
     # cluster (imqAddressList). Empty: host and port.
     addresses: tuple[tuple[str, int], ...]
+    # Seconds an operation keeps trying after a lost connection, a failed connect, a timeout or
+    # a refusal with status 503, pausing as `retry` says between attempts; 0: no failover (a
+    # request that finds an idle connection lost is tried once more at once, nothing else).
+    failover: float
 
     def __init__(  # noqa: PLR0917  (the fields' order, as the dataclass's own __init__ had it)
         self,
@@ -79,7 +84,10 @@ class PipelineSettings:
         login: str | None = None,
         passcode: str | None = None,
         addresses: tuple[tuple[str, int], ...] = (),
+        failover: float = 0.0,
     ) -> None:
+        if not 0 <= failover < math.inf:
+            raise ValueError(f"failover must be a number of seconds, 0 or more, not {failover!r}")
         # Frozen: the fields are set the way the generated __init__ would set them.
         values = {
             "host": host,
@@ -91,6 +99,7 @@ class PipelineSettings:
             "max_inflight": max_inflight,
             "max_inflight_bytes": max_inflight_bytes,
             "addresses": tuple(addresses),
+            "failover": float(failover),
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
@@ -114,7 +123,8 @@ class PipelineSettings:
         # Never print the password (settings end up in Spark's plans and logs).
         return (
             f"PipelineSettings(host={self.host!r}, port={self.port}, "
-            f"addresses={self.addresses!r}, username={self.username!r}, timeout={self.timeout})"
+            f"addresses={self.addresses!r}, username={self.username!r}, timeout={self.timeout}, "
+            f"failover={self.failover})"
         )
 
 

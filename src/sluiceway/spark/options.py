@@ -29,6 +29,13 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 61613
 # A week: far beyond any sensible wait, small enough that a typo (ms for s) stands out.
 _MAX_SECONDS: Final = 7 * 24 * 3600.0
+# failoverDeadlineSec: longer than a cluster member's takeover of a failed one (about 10 s) and a
+# standalone broker's restart, short enough that a query whose brokers are all gone stops.
+DEFAULT_FAILOVER: Final = 60.0
+# retryPauseSec (the first pause, doubling up to _MAX_PAUSE) and retryDeadlineSec.
+DEFAULT_RETRY_PAUSE: Final = 0.1
+DEFAULT_RETRY_DEADLINE: Final = 60.0
+_MAX_PAUSE: Final = 5.0
 # Protocol numbers (sequences, leases, batches) are 0 to 2^63-1.
 MAX_NUMBER: Final = 2**63 - 1
 
@@ -97,6 +104,10 @@ class OptionReader:
     def seconds(self, name: str, default: float | None) -> float | None:
         return self.parsed(name, _parse_seconds, default)
 
+    def seconds_or_off(self, name: str, default: float) -> float:
+        """Seconds, where 0 turns what the option times off."""
+        return self.parsed(name, _parse_seconds_or_off, default)
+
     def size(self, name: str) -> int | None:
         value = self.parsed(name, size_parser(), None)
         return value or None
@@ -119,12 +130,22 @@ class OptionReader:
 
 
 def _parse_seconds(text: str) -> float:
-    accepted = f"a number of seconds from 0 to {_MAX_SECONDS:.0f}"
+    return _seconds(text, allow_zero=False)
+
+
+def _parse_seconds_or_off(text: str) -> float:
+    return _seconds(text, allow_zero=True)
+
+
+def _seconds(text: str, *, allow_zero: bool) -> float:
+    lowest = "from 0" if allow_zero else "above 0"
+    accepted = f"a number of seconds {lowest} up to {_MAX_SECONDS:.0f}"
     try:
         value = float(text.strip())
     except ValueError:
         raise ValueError(accepted) from None
-    if not 0 < value <= _MAX_SECONDS:
+    above_floor = value >= 0 if allow_zero else value > 0
+    if not (above_floor and value <= _MAX_SECONDS):  # (NaN is neither)
         raise ValueError(accepted)
     return value
 
@@ -149,14 +170,19 @@ def _group(reader: OptionReader, name: str) -> str | None:
 
 
 def connection_settings(
-    reader: OptionReader, *, retry: RetryPolicy | None = None
+    reader: OptionReader, *, retry_deadline: float = DEFAULT_RETRY_DEADLINE
 ) -> PipelineSettings:
     """`host`, `port` or `addresses`, `username`, `password` (or their aliases `login`,
-    `passcode`), `timeoutSec`, `maxInflight`: how to reach the broker."""
+    `passcode`), `timeoutSec`, `maxInflight`, `failoverDeadlineSec`, `retryPauseSec`: how to
+    reach the broker, and how long to keep trying when it fails. `retry_deadline` bounds the
+    retries of refused sends (the sink's `retryDeadlineSec`)."""
     defaults = PipelineSettings()
     host = reader.text("host")
     timeout = reader.seconds("timeoutSec", defaults.timeout)
+    pause = reader.seconds("retryPauseSec", DEFAULT_RETRY_PAUSE)
     assert timeout is not None
+    assert pause is not None
+    retry = RetryPolicy(pause=pause, backoff=2.0, max_pause=_MAX_PAUSE, deadline=retry_deadline)
     return PipelineSettings(
         host=host.strip() if host and host.strip() else DEFAULT_HOST,
         port=reader.parsed("port", int_parser(1, 65535), DEFAULT_PORT),
@@ -165,9 +191,10 @@ def connection_settings(
         login=reader.text("login"),
         passcode=reader.text("passcode"),
         timeout=timeout,
-        retry=retry or defaults.retry,
+        retry=retry,
         max_inflight=reader.integer("maxInflight", defaults.max_inflight, minimum=1),
         addresses=reader.parsed("addresses", parse_addresses, ()),
+        failover=reader.seconds_or_off("failoverDeadlineSec", DEFAULT_FAILOVER),
     )
 
 
@@ -304,18 +331,15 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     destination = None
     if reader.text("destination"):
         destination = _destination(reader, "destination", "").path
-    deadline = reader.seconds("retryDeadlineSec", 60.0)
-    pause = reader.seconds("retryPauseSec", 0.1)
+    deadline = reader.seconds("retryDeadlineSec", DEFAULT_RETRY_DEADLINE)
     assert deadline is not None
-    assert pause is not None
-    retry = RetryPolicy(pause=pause, backoff=2.0, max_pause=5.0, deadline=deadline)
     guarantee = reader.choice(
         "deliveryGuarantee", DeliveryGuarantee, DeliveryGuarantee.EXACTLY_ONCE
     )
     assert isinstance(guarantee, DeliveryGuarantee)
     ttl = reader.seconds("stageTtlSec", None)
     return SinkOptions(
-        connection=connection_settings(reader, retry=retry),
+        connection=connection_settings(reader, retry_deadline=deadline),
         destination=destination,
         guarantee=guarantee,
         sink_id=_group(reader, "sinkId"),

@@ -29,7 +29,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from sluiceway.client.pipeline import EndMarker, LeaseState, PipelineConnection
-from sluiceway.errors import BrokerError
+from sluiceway.errors import BrokerError, Unavailable
 from sluiceway.spark.errors import LeaseExpiredError, UnsupportedBroker
 from sluiceway.spark.offsets import LeasePartition, QueueOffset, lease_group, lease_names
 from sluiceway.spark.options import ExpiredLeasePolicy, SourceOptions
@@ -162,6 +162,11 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name in lease_names(self.group, offset):
             try:
                 state = connection.ack_lease(self.destination, name)
+            except Unavailable:
+                # Its member could not be reached within failoverDeadlineSec: stop, rather than
+                # leave the lease to expire and its messages to be read twice. A restarted
+                # query acknowledges the leases of its last committed batch again.
+                raise
             except BrokerError as exc:
                 log.warning(
                     "queue %s: acknowledging lease %s failed: %s", self.destination, name, exc
