@@ -1,7 +1,9 @@
 """An orders pipeline: produce orders, enrich them in Spark, publish the results, check them.
 
-    .venv/bin/python examples/orders_pipeline.py                 # its own broker, 5,000 orders
-    .venv/bin/python examples/orders_pipeline.py --port 61613    # a broker already running
+    python examples/orders_pipeline.py                 # its own broker, 5,000 orders
+    python examples/orders_pipeline.py --port 61613    # a broker already running
+
+(In a checkout set up by ./dev, the python is .venv/bin/python.)
 
 1. A producer sends ORDERS orders (JSON) to /queue/orders, persistent.
 2. A Spark stream reads /queue/orders (group `orders-enrich`, at most 1,000 messages per
@@ -11,7 +13,11 @@
 3. A consumer drains /queue/orders.enriched and checks that every order came through once,
    with the right total. The exit status is 0 when they all did, 1 otherwise.
 
-Needs the `spark` extra (pyspark, pyarrow) and Java 17 (`./dev test` installs both).
+It says what it is doing as it goes, each line with the seconds since it started, and whenever
+a step has printed nothing for QUIET_S seconds, that it is still at it: starting Spark the first
+time on a machine takes a while, and so does the stream's first batch.
+
+Needs the `spark` extra (pyspark, pyarrow) and Java 17 or later.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import os
 import random
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +43,8 @@ from sluiceway.testing import BrokerProcess
 
 ORDERS_QUEUE = "/queue/orders"
 RESULTS_QUEUE = "/queue/orders.enriched"
+QUIET_S = 5.0  # the longest the example stays silent: then it says it is still at the step
+EVERY = 1000  # orders between two lines while sending and draining
 ORDER_SCHEMA = StructType(
     [
         StructField("id", IntegerType()),
@@ -44,6 +54,45 @@ ORDER_SCHEMA = StructType(
         StructField("unit_price", DoubleType()),
     ]
 )
+
+
+class Progress:
+    """Prints each step and what happens in it, and, from a thread of its own, that the step is
+    still going whenever nothing was printed for QUIET_S seconds (Spark's start prints nothing
+    for a long while) until it is closed."""
+
+    def __init__(self) -> None:
+        self._started = self._last = time.monotonic()
+        self._step = "starting"
+        self._step_started = self._started
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="progress", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def step(self, doing: str, detail: str = "") -> None:
+        """A new step: "starting Spark", said with `detail` after it."""
+        with self._lock:
+            self._step, self._step_started = doing, time.monotonic()
+        self.say(f"{doing}{detail}...")
+
+    def say(self, text: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            print(f"[{now - self._started:5.1f} s] {text}", flush=True)
+            self._last = now
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.5):
+            with self._lock:
+                quiet = time.monotonic() - self._last >= QUIET_S
+                step, for_s = self._step, time.monotonic() - self._step_started
+            if quiet:
+                self.say(f"  still {step} ({for_s:.0f} s)")
 
 
 def make_order(number: int, rng: random.Random) -> dict[str, Any]:
@@ -56,7 +105,7 @@ def make_order(number: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def produce(port: int, count: int) -> dict[int, float]:
+def produce(port: int, count: int, progress: Progress) -> dict[int, float]:
     """Send `count` orders; the expected total of each, by order id."""
     rng = random.Random(7)  # noqa: S311  (sample data, not secrets)
     expected = {}
@@ -66,10 +115,12 @@ def produce(port: int, count: int) -> dict[int, float]:
             order = make_order(number, rng)
             expected[number] = round(order["quantity"] * order["unit_price"], 2)
             producer.send(json.dumps(order).encode(), persistent=True)
+            if (number + 1) % EVERY == 0 and number + 1 < count:
+                progress.say(f"  sent {number + 1} of {count}")
     return expected
 
 
-def enrich(spark: SparkSession, port: int, checkpoint: Path) -> None:
+def enrich(spark: SparkSession, port: int, checkpoint: Path, progress: Progress) -> None:
     """The Spark job: orders in, enriched orders out, until the backlog seen at start is done."""
     orders = (
         spark.readStream.format("sluiceway")
@@ -103,10 +154,23 @@ def enrich(spark: SparkSession, port: int, checkpoint: Path) -> None:
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
+    said: set[int] = set()
+    enriched_so_far = 0
+    finished = False
+    while not finished:
+        finished = bool(query.awaitTermination(1))  # raises if the query failed
+        for batch in query.recentProgress:
+            if batch.batchId in said:
+                continue
+            said.add(batch.batchId)
+            enriched_so_far += batch.numInputRows
+            progress.say(
+                f"  batch {batch.batchId}: {batch.numInputRows} orders enriched "
+                f"({enriched_so_far} so far, {batch.batchDuration / 1000:.1f} s)"
+            )
 
 
-def check(port: int, expected: dict[int, float]) -> int:
+def check(port: int, expected: dict[int, float], progress: Progress) -> int:
     """Drain the results; the number of problems found (0: every order once, totals right)."""
     seen: dict[int, float] = {}
     duplicates = wrong = 0
@@ -122,10 +186,12 @@ def check(port: int, expected: dict[int, float]) -> int:
             seen[result["id"]] = result["total"]
             if abs(result["total"] - expected[result["id"]]) > 0.005:
                 wrong += 1
+            if len(seen) % EVERY == 0 and len(seen) < len(expected):
+                progress.say(f"  received {len(seen)} of {len(expected)}")
         while consumer.receive(timeout=1.0) is not None:  # nothing may follow
             duplicates += 1
     missing = len(expected) - len(seen)
-    print(
+    progress.say(
         f"{len(expected)} orders sent, {len(seen)} enriched orders received: "
         f"{missing} missing, {duplicates} duplicated, {wrong} with a wrong total"
     )
@@ -141,14 +207,30 @@ def main() -> int:
     args = parser.parse_args()
     # Spark's Python workers must run this interpreter: it has pyarrow and sluiceway.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    progress = Progress()
+    try:
+        return run(args.orders, args.port, progress)
+    finally:
+        progress.close()
+
+
+def run(orders: int, port: int | None, progress: Progress) -> int:
+    """The three steps; the exit status."""
     broker = None
-    if args.port is None:
+    if port is None:
+        progress.step("starting a broker")
         broker = BrokerProcess("-D", "imq.admin.http.port=-1")
-    port = args.port if broker is None else broker.port
+        port = broker.port
+        progress.say(f"broker ready: STOMP on 127.0.0.1:{port}")
     spark: SparkSession | None = None
     # The broker is stopped however the run ends, Spark failing to start (no Java) included:
     # a child process left running would outlive the example.
     try:
+        progress.step(
+            "starting Spark",
+            " (local[2]; its JVM takes a while to start, up to a minute or more on a small "
+            "machine the first time)",
+        )
         spark = (
             SparkSession.builder.master("local[2]")
             .appName("sluiceway-orders-example")
@@ -159,16 +241,26 @@ def main() -> int:
         )
         spark.sparkContext.setLogLevel("ERROR")
         sluiceway.spark.register(spark)
-        expected = produce(port, args.orders)
-        print(f"sent {len(expected)} orders to {ORDERS_QUEUE}")
+        progress.say("Spark ready")
+        progress.step(f"sending {orders} orders to {ORDERS_QUEUE}")
+        expected = produce(port, orders, progress)
+        progress.say(f"sent {len(expected)} orders to {ORDERS_QUEUE}")
+        progress.step(
+            "streaming the orders through Spark",
+            f" ({ORDERS_QUEUE} to {RESULTS_QUEUE}, at most 1000 orders a batch; the first "
+            "batch takes longest)",
+        )
         with tempfile.TemporaryDirectory(prefix="orders-checkpoint-") as checkpoint:
-            enrich(spark, port, Path(checkpoint))
-        print(f"Spark published the enriched orders to {RESULTS_QUEUE}")
-        problems = check(port, expected)
+            enrich(spark, port, Path(checkpoint), progress)
+        progress.say(f"Spark published the enriched orders to {RESULTS_QUEUE}")
+        progress.step(f"draining {RESULTS_QUEUE} and checking every order")
+        problems = check(port, expected, progress)
     finally:
         if spark is not None:
+            progress.step("stopping Spark")
             spark.stop()
         if broker is not None:
+            progress.step("stopping the broker")
             broker.stop()
     return 1 if problems else 0
 

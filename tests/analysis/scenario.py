@@ -11,7 +11,10 @@ With the history sampled every second, three things happen one after the other:
    paused by flow control), acknowledges them, gets the next 10 at once and holds those for
    PAUSE_S more.
 3. Holding: /queue/full takes at most 5 messages (FLOW_CONTROL); a producer sends 8, so 3 wait
-   for HOLD_S seconds until a consumer arrives.
+   for HOLD_S seconds until a consumer arrives: held, then accepted.
+4. Refusing: /queue/refuse takes 1 message (FLOW_CONTROL); a producer sends 2 and nobody
+   consumes, so the broker refuses the second once it has waited imq.producer.hold.timeout
+   (HOLD_TIMEOUT_S): held, then refused.
 
 `run` returns what was measured on the client side, for the tests to compare with the report.
 """
@@ -31,6 +34,7 @@ from tests.e2e.stomppy import connect, sync
 HOARD: Final = "/queue/hoard"
 PAUSED: Final = "/queue/paused"
 FULL: Final = "/queue/full"
+REFUSE: Final = "/queue/refuse"
 HOARD_MESSAGES: Final = 300
 SLOW_WINDOW: Final = 200
 FAST_WINDOW: Final = 10
@@ -38,6 +42,8 @@ SLOW_ACK_EVERY_S: Final = 0.03  # 200 acknowledgements over 6 s
 PAUSE_WINDOW: Final = 10
 PAUSE_S: Final = 3.0
 HOLD_S: Final = 3.0
+# imq.producer.hold.timeout: well above HOLD_S, so that phase 3's hold ends in acceptance.
+HOLD_TIMEOUT_S: Final = 6.0
 FULL_LIMIT: Final = 5
 FULL_SENT: Final = 8
 
@@ -48,6 +54,7 @@ class Measured:
     fast_received: tuple[int, int]
     paused_s: float  # from the paused consumer's window filling to its last acknowledgement
     held_s: float  # from the held SENDs to the consumer that released them
+    refused_s: float  # from the held SEND to the broker's refusal
 
 
 def properties(data_dir: Path) -> dict[str, str]:
@@ -56,6 +63,9 @@ def properties(data_dir: Path) -> dict[str, str]:
         "imq.metrics.interval": "1",
         f"imq.destination.queue.{FULL[7:]}.maxNumMsgs": str(FULL_LIMIT),
         f"imq.destination.queue.{FULL[7:]}.limitBehavior": "FLOW_CONTROL",
+        f"imq.destination.queue.{REFUSE[7:]}.maxNumMsgs": "1",
+        f"imq.destination.queue.{REFUSE[7:]}.limitBehavior": "FLOW_CONTROL",
+        "imq.producer.hold.timeout": str(round(HOLD_TIMEOUT_S * 1000)),
     }
 
 
@@ -143,6 +153,22 @@ def holding(port: int) -> float:
     return released - held
 
 
+def refusing(port: int) -> float:
+    """Phase 4; returns how long the SEND was held before the broker refused it."""
+    producer = _client(port)
+    producer.send("SEND", {"destination": REFUSE, "receipt": "r0"}, b"x")
+    assert producer.expect("RECEIPT").headers["receipt-id"] == "r0"
+    producer.send("SEND", {"destination": REFUSE, "receipt": "r1"}, b"y")
+    held = time.monotonic()
+    # Nobody consumes. The broker checks deadlines every second: the refusal comes up to a
+    # second after the hold timeout, as an ERROR (no failed receipts asked for).
+    error = producer.expect("ERROR", timeout=HOLD_TIMEOUT_S + 5)
+    refused = time.monotonic()
+    assert error.headers["message"] == "send held too long", error
+    producer.close()
+    return refused - held
+
+
 def wait_for_samples_after(directory: Path, wall_ms: int, timeout: float = 10.0) -> None:
     """Until the history has a sample written after `wall_ms` (ms since the epoch)."""
     deadline = time.monotonic() + timeout
@@ -160,6 +186,9 @@ def run(data_dir: Path) -> Measured:
         fast = hoard(broker.port)
         paused = pauses(broker.port)
         held = holding(broker.port)
+        refused = refusing(broker.port)
         # Two more samples, so the last pause and hold are seen to have ended.
         wait_for_samples_after(data_dir / "metrics", round(time.time() * 1000) + 1500)
-    return Measured(data_dir=data_dir, fast_received=fast, paused_s=paused, held_s=held)
+    return Measured(
+        data_dir=data_dir, fast_received=fast, paused_s=paused, held_s=held, refused_s=refused
+    )

@@ -1,6 +1,7 @@
 """The Spark job on a hand-written history whose every total is known: counters with resets and a
-broker restart, pause episodes from `flow_paused_for`, held and throttled producers, stranded
-time, shares among the consumers that were there together, and a time range.
+broker restart, pause episodes from `flow_paused_for`, held and throttled producers and how
+each hold ended, stranded time, shares among the consumers that were there together, and a time
+range; and the session it runs in (its shuffle partitions, how an error of the JVM is told).
 
 One local Spark session for the module (it takes 10-20 s to start on two cores).
 """
@@ -15,8 +16,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sluiceway.analysis import job
-from sluiceway.analysis.results import Collected, ConsumerStats, DestinationStats
-from sluiceway.analysis.session import find_java, spark_session
+from sluiceway.analysis.results import Collected, ConsumerStats, DestinationStats, Outcome
+from sluiceway.analysis.session import find_java, spark_error, spark_session
 
 pytestmark = [
     pytest.mark.slow,
@@ -37,7 +38,9 @@ R: Final = "/queue/r"
 # began at T0+1.5 s), at sample 7 (a pause that began at T0+6.8 s) and at samples 8-9 (another,
 # begun at T0+7.9 s: after sample 7, so a new one).
 PAUSED_FOR: Final = {2: 0.5, 3: 1.5, 4: 2.5, 7: 0.2, 8: 0.1, 9: 1.1}
-HELD_FOR: Final = {3: 0.25, 4: 1.25, 7: 0.5}  # connection 9 held on Q (two episodes)
+# Connection 9 held on Q: three episodes. The first ends while Q takes messages in (accepted),
+# the second while it takes none (refused), the third when the broker stops.
+HELD_FOR: Final = {2: 0.25, 3: 1.25, 7: 0.5, 9: 0.1}
 R_MSGS_IN: Final = [5, 10, 3, 6, 6, 6, 6, 6, 6, 6]  # R was destroyed and created again at 2
 
 
@@ -221,7 +224,7 @@ def test_stranded_and_starved_time(everything: Collected) -> None:
 
 def test_producer_episodes(everything: Collected) -> None:
     held = [(e.connection, e.start_ms - T0, e.end_ms - T0) for e in everything.episodes]
-    assert held == [(9, 2750, 4500), (None, 4500, 6500), (9, 6500, 7500)]
+    assert held == [(9, 1750, 3500), (None, 4500, 6500), (9, 6500, 7500), (9, 8900, 9500)]
     throttled = everything.episodes[1]
     assert (throttled.destination, throttled.reason) == (R, "producer throttled")
     assert (throttled.limit, throttled.ongoing) == ("imq.throttling.destination.threshold", False)
@@ -229,11 +232,28 @@ def test_producer_episodes(everything: Collected) -> None:
     assert (first.reason, first.limit, first.max_held_sends) == (
         "destination full",
         "maxNumMsgs",
-        4,
+        3,
     )
     q = stats_of(everything, Q)
-    assert q.held_s == pytest.approx(1.75 + 1.0)
-    assert q.held_episodes == 2
+    assert q.held_s == pytest.approx(1.75 + 1.0 + 0.6)
+    assert q.held_episodes == 3
+
+
+def test_how_each_producer_episode_ended(everything: Collected) -> None:
+    # Q took 10 messages in by the sample after the first hold, none after the second; the
+    # third was the last sample before the broker stopped; R's throttling was lifted.
+    assert [e.outcome for e in everything.episodes] == [
+        Outcome.ACCEPTED,
+        Outcome.LIFTED,
+        Outcome.REFUSED,
+        Outcome.STOPPED,
+    ]
+    assert [e.describe() for e in everything.episodes] == [
+        "held 1.8 s, then accepted",
+        "lasted 2.0 s, then lifted",
+        "held 1.0 s, then refused",
+        "held 0.6 s, until the broker stopped",
+    ]
     assert (stats_of(everything, R).held_s, stats_of(everything, R).held_episodes) == (0.0, 1)
 
 
@@ -254,5 +274,27 @@ def test_a_range_counts_only_what_happened_inside_it(from_sample_3: Collected) -
         consumer_of(from_sample_3, "1/a").delivered,
         consumer_of(from_sample_3, "2/b").delivered,
     ) == (36, 12)
-    (first, *_) = from_sample_3.episodes
-    assert (first.start_ms - T0, first.end_ms - T0) == (3000, 4500)
+    (first, *_, last) = from_sample_3.episodes
+    assert (first.start_ms - T0, first.end_ms - T0) == (3000, 3500)
+    assert first.outcome is Outcome.ACCEPTED  # Q's counter grew after sample 3
+    assert (last.start_ms - T0, last.outcome) == (8900, Outcome.ONGOING)  # at the range's end
+
+
+def test_the_job_runs_with_one_shuffle_partition_per_core(
+    spark: SparkSession, everything: Collected
+) -> None:
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"  # local[2], not Spark's 200
+    assert everything.shuffle_partitions == 2
+
+
+def test_an_error_of_the_jvm_is_told_by_its_cause(spark: SparkSession) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    # A real error of the JVM that PySpark passes on as Py4J raised it (PySpark converts only
+    # some kinds), whose cause is what went wrong.
+    future = jvm.java.util.concurrent.CompletableFuture()
+    future.completeExceptionally(jvm.java.net.ConnectException("Connection refused"))
+    with pytest.raises(Exception, match="An error occurred while calling") as raised:
+        future.get()
+    assert spark_error(raised.value) == "java.net.ConnectException: Connection refused"
+    assert spark_error(ValueError("not from Java\nsecond line")) == "not from Java"

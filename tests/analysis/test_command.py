@@ -1,11 +1,14 @@
-"""`sluiceway analyze` before Spark starts: options, where the history is looked for, and how each
-failure is reported (one line on stderr, an exit status per cause). Nothing here starts Spark."""
+"""`sluiceway analyze` before Spark starts: options, where the history is looked for, the
+standalone master it must reach, and how each failure is reported (one line on stderr, an exit
+status per cause). Nothing here starts Spark."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
@@ -167,3 +170,30 @@ def test_without_java_the_command_says_so(tmp_path: Path) -> None:
     done = analyze("--history", str(history), "--out", str(tmp_path / "out"), env=environment)
     assert done.returncode == 3
     assert "Spark needs Java 17 or later and none was found" in error_line(done)
+
+
+def free_port() -> int:
+    """A port nobody listens on: bound, then let go (no other process takes it in between on
+    a test machine, and a refused connection is all the test needs)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_an_unreachable_master_is_one_line_naming_it_and_why(tmp_path: Path) -> None:
+    history = tmp_path / "metrics"
+    history.mkdir()
+    (history / "20260324-10.jsonl").write_text('{"ts":1774346400000,"kind":"broker"}\n')
+    master = f"spark://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    done = analyze("--history", str(history), "--master", master, "--out", str(tmp_path / "out"))
+    took = time.monotonic() - started
+    assert done.returncode == 3
+    line = error_line(done)  # one line, no traceback, nothing from Spark
+    assert f"cannot reach the Spark master {master}" in line
+    assert "connection refused, nothing listens on that port" in line
+    assert "sbin/start-master.sh" in line
+    # Told before Spark starts: Spark itself would try for a minute and name no cause.
+    assert took < 30, f"{took:.0f} s"
+    assert not (tmp_path / "out").exists()

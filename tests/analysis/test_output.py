@@ -7,19 +7,29 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from sluiceway.analysis import report
+from sluiceway.analysis.errors import SparkUnavailable
 from sluiceway.analysis.options import Options
 from sluiceway.analysis.results import (
     Collected,
     ConsumerStats,
     DestinationStats,
     Distribution,
+    Outcome,
     ProducerEpisode,
     SeriesPoint,
     Timeline,
 )
 from sluiceway.analysis.rules import recommend_all
-from sluiceway.analysis.session import local_cores, spark_settings
+from sluiceway.analysis.session import (
+    MAX_SHUFFLE_PARTITIONS,
+    master_addresses,
+    shuffle_partitions,
+    spark_error,
+    spark_settings,
+)
 from sluiceway.analysis.summary import Analysis
 
 T0 = 1_774_346_400_000
@@ -92,11 +102,22 @@ def analysis(timeline: Timeline) -> Analysis:
         distributions=[Distribution(ODD, 2, 100, 0.8, 0.2, "4/slow", "4/fast")],
         episodes=[
             ProducerEpisode(
-                ODD, 7, "destination full", "maxNumMsgs", "full <now>", T0, T0 + 3000, False, 3
+                ODD,
+                7,
+                "destination full",
+                "maxNumMsgs",
+                "full <now>",
+                T0,
+                T0 + 3000,
+                Outcome.ACCEPTED,
+                3,
             ),
-            ProducerEpisode("/queue/quiet", None, "producer throttled", "", "", T0, T0, True, 0),
+            ProducerEpisode(
+                "/queue/quiet", None, "producer throttled", "", "", T0, T0, Outcome.ONGOING, 0
+            ),
         ],
         episodes_left_off=0,
+        shuffle_partitions=2,
     )
     options = Options(history="/data/metrics", out="report")
     return Analysis(
@@ -127,6 +148,9 @@ def test_the_page_has_every_section_and_plot_and_escapes_names(tmp_path: Path) -
     assert ODD not in page
     assert "/queue/a&lt;b&gt;&amp;c" in page
     assert "full &lt;now&gt;" in page
+    assert "<td>held 3.0 s, then accepted</td>" in page
+    assert "<td>lasted 0.0 s, still going at the end of the range</td>" in page
+    assert "Spark master local[*], 2 shuffle partitions" in page
     assert "3 more destinations not shown" in page
     assert "uneven-distribution" in page
     assert not list(tmp_path.glob("new/*.partial"))
@@ -161,7 +185,10 @@ def test_the_summary_carries_the_findings(tmp_path: Path) -> None:
     assert quiet["note"].startswith("no consumers")
     first, second = summary["producer_episodes"]
     assert (first["duration_s"], first["ongoing"], first["limit"]) == (3.0, False, "maxNumMsgs")
+    assert (first["outcome"], first["described"]) == ("accepted", "held 3.0 s, then accepted")
     assert (second["connection"], second["ongoing"], second["limit"]) == (None, True, None)
+    assert second["outcome"] == "ongoing"
+    assert summary["spark"] == {"master": "local[*]", "shuffle_partitions": 2}
     assert summary["destinations_left_off"] == 3
 
 
@@ -172,14 +199,43 @@ def test_a_single_sample_still_plots(tmp_path: Path) -> None:
 
 def test_spark_settings_for_a_local_run_and_user_overrides(tmp_path: Path) -> None:
     log = tmp_path / "log4j2.properties"
-    local = spark_settings("local[3]", log, {"spark.sql.shuffle.partitions": "16"})
-    assert local["spark.sql.shuffle.partitions"] == "16"  # --conf wins
+    local = spark_settings("local[3]", log, {"spark.driver.memory": "2g"})
+    assert local["spark.driver.memory"] == "2g"  # --conf is passed on
     assert local["spark.driver.host"] == "127.0.0.1"
     logging = f"-Dlog4j2.configurationFile={log.as_uri()}"
     assert local["spark.driver.extraJavaOptions"] == f"{logging} -XX:TieredStopAtLevel=1"
+    override = spark_settings("local[3]", log, {"spark.driver.extraJavaOptions": "-Xss4m"})
+    assert override["spark.driver.extraJavaOptions"] == "-Xss4m"  # --conf wins
     cluster = spark_settings("spark://head:7077", log, {})
     assert cluster["spark.driver.extraJavaOptions"] == logging  # a long-lived cluster driver
     assert "spark.driver.host" not in cluster
-    assert "spark.sql.shuffle.partitions" not in cluster  # left to the cluster's settings
-    assert (local_cores("local[3]"), local_cores("local[2,4]")) == (3, 2)
-    assert local_cores("local[*]") == local_cores("local") >= 1
+    # Shuffle partitions are set once the session runs, from its parallelism (test_aggregation).
+    assert "spark.sql.shuffle.partitions" not in local
+
+
+def test_shuffle_partitions_follow_the_cores_up_to_a_bound() -> None:
+    assert [shuffle_partitions(n) for n in (0, 1, 2, 3)] == [1, 1, 2, 3]
+    assert shuffle_partitions(200) == MAX_SHUFFLE_PARTITIONS  # a large cluster
+
+
+@pytest.mark.parametrize(
+    ("master", "expected"),
+    [
+        ("spark://head:7077", [("head", 7077)]),
+        ("spark://a:7077,b:7078", [("a", 7077), ("b", 7078)]),  # masters kept by ZooKeeper
+        ("spark://[::1]:7077", [("::1", 7077)]),
+    ],
+)
+def test_standalone_master_addresses(master: str, expected: list[tuple[str, int]]) -> None:
+    assert master_addresses(master) == expected
+
+
+@pytest.mark.parametrize("master", ["spark://head", "spark://head:port", "spark://:7077"])
+def test_a_master_url_without_host_and_port_says_how_to_write_it(master: str) -> None:
+    with pytest.raises(SparkUnavailable, match=r"write spark://HOST:PORT \(7077 unless"):
+        master_addresses(master)
+
+
+def test_a_python_error_is_told_by_its_first_line() -> None:
+    assert spark_error(RuntimeError("\n  Java gateway exited\n  more\n")) == "Java gateway exited"
+    assert spark_error(RuntimeError("")) == "RuntimeError"

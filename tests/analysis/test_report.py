@@ -22,7 +22,7 @@ from tests.analysis import scenario
 
 pytestmark = [
     pytest.mark.slow,
-    # The first test to run pays for the scripted run (about 20 s) and the command (Spark).
+    # The first test to run pays for the scripted run (about 30 s) and the command (Spark).
     pytest.mark.timeout(420),
     pytest.mark.skipif(
         find_java() is None,
@@ -33,6 +33,8 @@ ANALYZE_TIMEOUT: Final = 240.0  # seconds: Spark's start and a few dozen small j
 # A pause's end is placed half-way between two samples a second apart; the client's clock adds
 # a little on each side.
 PAUSE_TOLERANCE_S: Final = 1.0
+PARTITIONS: Final = "spark.sql.shuffle.partitions"
+USER_PARTITIONS: Final = 3
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     data_dir = tmp_path_factory.mktemp("broker")
     out = tmp_path_factory.mktemp("report")
     measured = scenario.run(data_dir)
-    done = analyze("--data-dir", str(data_dir), "--out", str(out))
+    # A shuffle partition count of the user's own, which the command must keep.
+    done = analyze(
+        "--data-dir", str(data_dir), "--out", str(out), "--conf", f"{PARTITIONS}={USER_PARTITIONS}"
+    )
     summary_path = out / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     return Run(measured, done.returncode, done.stdout, done.stderr, out / "report.html", summary)
@@ -151,13 +156,36 @@ def test_it_measures_the_time_paused_by_flow_control(run: Run) -> None:
 
 
 def test_it_reports_the_held_producer(run: Run) -> None:
-    (episode,) = run.summary["producer_episodes"]
-    assert episode["destination"] == scenario.FULL
+    episodes = run.summary["producer_episodes"]
+    assert [e["destination"] for e in episodes] == [scenario.FULL, scenario.REFUSE]
+    episode = by_destination(episodes, scenario.FULL)
     assert episode["reason"] == "destination full"
     assert episode["limit"] == "maxNumMsgs"
     assert episode["ongoing"] is False
     assert episode["max_held_sends"] == scenario.FULL_SENT - scenario.FULL_LIMIT
     assert episode["duration_s"] == pytest.approx(run.measured.held_s, abs=PAUSE_TOLERANCE_S)
+
+
+def test_a_hold_that_ended_in_acceptance_is_told_from_a_refusal(run: Run) -> None:
+    accepted = by_destination(run.summary["producer_episodes"], scenario.FULL)
+    assert accepted["outcome"] == "accepted"
+    said = f"held {accepted['duration_s']:,.1f} s, then accepted"
+    assert accepted["described"] == said
+    refused = by_destination(run.summary["producer_episodes"], scenario.REFUSE)
+    assert (refused["outcome"], refused["reason"], refused["max_held_sends"]) == (
+        "refused",
+        "destination full",
+        1,
+    )
+    assert refused["duration_s"] == pytest.approx(run.measured.refused_s, abs=PAUSE_TOLERANCE_S)
+    assert refused["described"] == f"held {refused['duration_s']:,.1f} s, then refused"
+    page = run.report.read_text()
+    assert f"<td>{said}</td>" in page
+    assert f"<td>{refused['described']}</td>" in page
+
+
+def test_the_job_keeps_the_users_shuffle_partitions(run: Run) -> None:
+    assert run.summary["spark"] == {"master": "local[*]", "shuffle_partitions": USER_PARTITIONS}
 
 
 def test_it_counts_the_traffic(run: Run) -> None:
@@ -168,6 +196,7 @@ def test_it_counts_the_traffic(run: Run) -> None:
     assert full["msgs_in"] == scenario.FULL_SENT
     assert full["limit_behavior"] == "FLOW_CONTROL"
     assert full["producer_episodes"] == 1
+    assert by_destination(run.summary["destinations"], scenario.REFUSE)["msgs_in"] == 1
 
 
 def test_a_range_without_history_is_refused_before_spark_starts(run: Run) -> None:

@@ -127,7 +127,7 @@ def analyse(options: Options) -> tuple[Path, Path, list[str]]:
     """Run the analysis; return the two files written and one line per changed setting."""
     # PySpark and matplotlib load only here: the rest of the command line never pays for them.
     from sluiceway.analysis import report, rules, sources  # noqa: PLC0415 (PySpark loads only for analyze)
-    from sluiceway.analysis.session import spark_session  # noqa: PLC0415 (PySpark loads only for analyze)
+    from sluiceway.analysis.session import spark_error, spark_session  # noqa: PLC0415 (PySpark loads only for analyze)
     from sluiceway.analysis.summary import Analysis  # noqa: PLC0415 (PySpark loads only for analyze)
 
     remote = sources.is_remote(options.history)
@@ -139,6 +139,7 @@ def analyse(options: Options) -> tuple[Path, Path, list[str]]:
         # Absolute: on a cluster a relative path would be read from Spark's default file system.
         paths, where = [str(f.resolve()) for f in files], str(directory)
     with spark_session(options.master, options.spark_conf) as spark:
+        from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # noqa: PLC0415 (no type hints; loads only for analyze)
         from pyspark.errors import PySparkException  # noqa: PLC0415 (PySpark loads only for analyze)
 
         from sluiceway.analysis import job  # noqa: PLC0415 (PySpark loads only for analyze)
@@ -151,6 +152,8 @@ def analyse(options: Options) -> tuple[Path, Path, list[str]]:
                 # Spark lists a remote directory itself; a missing one is the user's to fix.
                 raise HistoryNotFound(f"cannot read the history at {where}: {first}") from None
             raise SparkUnavailable(f"the Spark job failed: {first}") from exc
+        except Py4JError as exc:  # an error of the JVM that PySpark passed on as it came
+            raise SparkUnavailable(f"the Spark job failed: {spark_error(exc)}") from exc
     analysis = Analysis(
         options=options,
         files=0 if remote else len(paths),

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from sluiceway.analysis import consumers, frames, producers, sources, traffic
 from sluiceway.analysis.results import Collected
+from sluiceway.analysis.session import SHUFFLE_PARTITIONS
 
 MAX_DESTINATIONS: Final = 500
 MAX_PLOTTED: Final = 12  # destinations with throughput and backlog plots, by traffic
@@ -31,18 +32,19 @@ def run(
         # Every aggregation starts from these rows: the JSON is parsed once.
         rows = cache.keep(sources.load(spark, paths, since_ms, until_ms))
         prepared = frames.prepare(rows, where, since_ms, cache)
-        return _collect(prepared, cache)
+        partitions = int(spark.conf.get(SHUFFLE_PARTITIONS) or 0)
+        return _collect(prepared, cache, partitions)
     finally:
         cache.release()
 
 
-def _collect(prepared: frames.Prepared, cache: frames.Cache) -> Collected:
+def _collect(prepared: frames.Prepared, cache: frames.Cache, partitions: int) -> Collected:
     timeline = prepared.timeline
     destination_samples = cache.keep(traffic.per_sample(prepared))
     consumer_samples = cache.keep(consumers.per_sample(prepared, prepared.destinations))
     pauses = consumers.pause_episodes(consumer_samples, prepared.range_start)
     pause_totals = cache.keep(consumers.pause_totals(pauses))
-    episodes = cache.keep(producers.episodes(prepared))
+    episodes = cache.keep(producers.episodes(prepared, destination_samples))
     extras = [
         consumers.stranded(consumer_samples, timeline.interval_s),
         pause_totals.groupBy("destination").agg(F.sum("paused_s").alias("paused_s")),
@@ -78,6 +80,7 @@ def _collect(prepared: frames.Prepared, cache: frames.Cache) -> Collected:
         distributions=[consumers.to_distribution(r) for r in distribution_rows],
         episodes=[producers.to_episode(r) for r in episode_rows],
         episodes_left_off=_left_off(episodes, episode_rows, MAX_EPISODES),
+        shuffle_partitions=partitions,
     )
 
 

@@ -10,6 +10,13 @@ Two sources, two scopes:
 
 An episode is a run of consecutive samples with the same key; it ends between the last sample
 that saw it and the next one (placed half-way), or is still going at the end of the range.
+
+How it ended (`Outcome`) is told by that next sample. A whole destination's episode was lifted.
+A connection's held SENDs were accepted when the destination took messages in meanwhile: held
+SENDs are admitted before any new SEND to the same destination, so any growth of its counter
+means they went first. When it took none, they were refused (held longer than
+imq.producer.hold.timeout, or the destination was destroyed) or dropped with their connection:
+either way not accepted. A next sample from another broker run means the broker stopped first.
 """
 
 from __future__ import annotations
@@ -20,7 +27,14 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from sluiceway.analysis.frames import Prepared, clip_start
-from sluiceway.analysis.results import ProducerEpisode, RowLike, int_of, opt_int_of, str_of
+from sluiceway.analysis.results import (
+    Outcome,
+    ProducerEpisode,
+    RowLike,
+    int_of,
+    opt_int_of,
+    str_of,
+)
 
 COLUMNS: Final = [
     "destination",
@@ -30,9 +44,10 @@ COLUMNS: Final = [
     "detail",
     "start",
     "end",
-    "ongoing",
     "max_held_sends",
 ]
+# What an episode's outcome is found from: its broker run and its last sample.
+ENDING: Final = ["run", "last_seen"]
 THROTTLED_DETAIL: Final = (
     "the destination was throttled: the broker held more than imq.throttling.server.threshold "
     "messages and it had more than imq.throttling.destination.threshold undelivered"
@@ -72,8 +87,7 @@ def held_episodes(prepared: Prepared) -> DataFrame:
         )
         .withColumn("start", clip_start(F.col("began"), prepared.range_start))
         .withColumn("end", _ending(F.col("last_seen"), F.col("gap_after")))
-        .withColumn("ongoing", F.col("gap_after").isNull())
-        .select(*COLUMNS)
+        .select(*COLUMNS, *ENDING)
     )
 
 
@@ -107,14 +121,41 @@ def destination_episodes(prepared: Prepared) -> DataFrame:
             F.max("held_sends").alias("max_held_sends"),
         )
         .withColumn("end", _ending(F.col("last_seen"), F.col("gap_after")))
-        .withColumn("ongoing", F.col("gap_after").isNull())
         .withColumn("connection", F.lit(None).cast("long"))
-        .select(*COLUMNS)
+        .select(*COLUMNS, *ENDING)
     )
 
 
-def episodes(prepared: Prepared) -> DataFrame:
-    both = held_episodes(prepared).unionByName(destination_episodes(prepared))
+def _outcome(found: DataFrame, samples: DataFrame, destination_samples: DataFrame) -> DataFrame:
+    """`outcome` (an Outcome's value): how each episode ended, from the sample after its last
+    (see the module docstring); `destination_samples` carry `in_inc` (traffic.per_sample)."""
+    after = samples.select(
+        F.col("sample_prev").alias("last_seen"),
+        F.col("ts").alias("next_ts"),
+        F.col("run").alias("next_run"),
+    )
+    taken = destination_samples.select(
+        "destination", F.col("ts").alias("next_ts"), F.col("in_inc").alias("taken_in")
+    )
+    ended = found.join(F.broadcast(after), "last_seen", "left").join(
+        taken, ["destination", "next_ts"], "left"
+    )
+    outcome = (
+        F.when(F.col("next_ts").isNull(), F.lit(Outcome.ONGOING.value))
+        .when(F.col("next_run") != F.col("run"), F.lit(Outcome.STOPPED.value))
+        .when(F.col("connection").isNull(), F.lit(Outcome.LIFTED.value))
+        .when(F.col("taken_in") > 0, F.lit(Outcome.ACCEPTED.value))
+        .otherwise(F.lit(Outcome.REFUSED.value))
+    )
+    return ended.withColumn("outcome", outcome).select(*COLUMNS, "outcome")
+
+
+def episodes(prepared: Prepared, destination_samples: DataFrame) -> DataFrame:
+    both = _outcome(
+        held_episodes(prepared).unionByName(destination_episodes(prepared)),
+        prepared.samples,
+        destination_samples,
+    )
     return (
         both.withColumn("start", F.col("start").cast("long"))
         .withColumn("end", F.col("end").cast("long"))
@@ -143,6 +184,6 @@ def to_episode(row: RowLike) -> ProducerEpisode:
         detail=str_of(row, "detail"),
         start_ms=int_of(row, "start"),
         end_ms=int_of(row, "end"),
-        ongoing=bool(row["ongoing"]),
+        outcome=Outcome(str_of(row, "outcome")),
         max_held_sends=int_of(row, "max_held_sends"),
     )

@@ -154,7 +154,13 @@ def _traffic(analysis: Analysis) -> str:
 
 def _episodes(analysis: Analysis) -> str:
     collected = analysis.collected
-    parts = ["<h2>Producers held or throttled</h2>"]
+    parts = [
+        "<h2>Producers held or throttled</h2>",
+        "<p>A held SEND waits in the broker until it is accepted, or refused after "
+        "imq.producer.hold.timeout. Accepted: its destination took messages in after the last "
+        "sample that saw the hold (held SENDs go before new ones). Refused: it took none, so "
+        "the held SENDs were refused or dropped with their connection.</p>",
+    ]
     if not collected.episodes:
         parts.append("<p>None: no producer was held, throttled or paused.</p>")
         return "".join(parts)
@@ -166,16 +172,25 @@ def _episodes(analysis: Analysis) -> str:
             _e(e.destination),
             _e("all" if e.connection is None else e.connection),
             _e(e.reason),
+            _e(e.describe()),
             _e(iso(e.start_ms)),
-            _e(iso(e.end_ms)) + (" (still going)" if e.ongoing else ""),
-            _n(e.duration_s),
+            _e(iso(e.end_ms)),
             _n(e.max_held_sends, 0),
             _e(e.detail),
         )
         for e in collected.episodes[:MAX_TABLE_ROWS]
     ]
-    headers = ("destination", "connection", "reason", "start", "end", "s", "held SENDs", "detail")
-    parts.append(_table(headers, rows, {5, 6}))
+    headers = (
+        "destination",
+        "connection",
+        "reason",
+        "how it ended",
+        "start",
+        "end",
+        "held SENDs",
+        "why the broker held them",
+    )
+    parts.append(_table(headers, rows, {6}))
     parts.append(_left_off(collected.episodes_left_off, "episodes"))
     return "".join(parts)
 
@@ -281,7 +296,8 @@ def _method(analysis: Analysis) -> str:
         f"<li>{timeline.samples} samples every {timeline.interval_s:g} s (median) from "
         f"{_e(iso(timeline.first_ms))} to {_e(iso(timeline.last_ms))}, "
         f"{timeline.runs} broker run(s), {analysis.files} history file(s) from "
-        f"{_e(analysis.options.history)}.</li>"
+        f"{_e(analysis.options.history)}; Spark master {_e(analysis.options.master)}, "
+        f"{analysis.collected.shuffle_partitions} shuffle partitions.</li>"
         "<li>A pause's start is exact (the history records how long it has lasted); its end, "
         "and both ends of a producer episode, are placed half-way between the last sample that "
         "saw it and the next: each is accurate to about half an interval. Pauses shorter than "

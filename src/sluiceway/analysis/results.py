@@ -7,8 +7,9 @@ wrong value reach a rule or a plot.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 
 class RowLike(Protocol):
@@ -155,6 +156,25 @@ class Distribution:
         return self.max_share / self.min_share if self.min_share > 0 else None
 
 
+class Outcome(enum.Enum):
+    """How a producer episode ended, as the sample after its last one tells (producers.py)."""
+
+    ACCEPTED = "accepted"  # a connection's held SENDs: the destination took messages in
+    REFUSED = "refused"  # a connection's held SENDs: it took none (refused, or dropped)
+    LIFTED = "lifted"  # a whole destination's throttling or pause ended
+    STOPPED = "broker stopped"  # the broker stopped (or restarted) while it lasted
+    ONGOING = "ongoing"  # still going at the last sample analysed
+
+
+ENDINGS: Final = {
+    Outcome.ACCEPTED: "then accepted",
+    Outcome.REFUSED: "then refused",
+    Outcome.LIFTED: "then lifted",
+    Outcome.STOPPED: "until the broker stopped",
+    Outcome.ONGOING: "still going at the end of the range",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerEpisode:
     """A stretch of time during which producers were held (a connection) or throttled or paused
@@ -164,15 +184,24 @@ class ProducerEpisode:
     connection: int | None  # None: the destination as a whole
     reason: str
     limit: str
-    detail: str
+    detail: str  # the broker's explanation of why it held them
     start_ms: int
     end_ms: int
-    ongoing: bool  # still going at the last sample analysed
+    outcome: Outcome
     max_held_sends: int
 
     @property
     def duration_s(self) -> float:
         return max(0.0, (self.end_ms - self.start_ms) / 1000)
+
+    @property
+    def ongoing(self) -> bool:
+        return self.outcome is Outcome.ONGOING
+
+    def describe(self) -> str:
+        """How long it lasted and how it ended, e.g. "held 3.1 s, then accepted"."""
+        lasted = "lasted" if self.connection is None else "held"
+        return f"{lasted} {self.duration_s:,.1f} s, {ENDINGS[self.outcome]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,3 +217,4 @@ class Collected:
     distributions: list[Distribution]
     episodes: list[ProducerEpisode]
     episodes_left_off: int
+    shuffle_partitions: int  # spark.sql.shuffle.partitions the job ran with

@@ -117,6 +117,8 @@ def _episode(episode: ProducerEpisode) -> dict[str, Any]:
         "end": iso(episode.end_ms),
         "duration_s": round(episode.duration_s, 3),
         "ongoing": episode.ongoing,
+        "outcome": episode.outcome.value,
+        "described": episode.describe(),
         "max_held_sends": episode.max_held_sends,
     }
 
@@ -166,6 +168,7 @@ def build(analysis: Analysis) -> dict[str, Any]:
             "imbalance_ratio": options.imbalance_ratio,
             "pool_sizes": options.pool_sizes,
         },
+        "spark": {"master": options.master, "shuffle_partitions": collected.shuffle_partitions},
         "destinations": [_destination(d) for d in collected.destinations],
         "destinations_left_off": collected.destinations_left_off,
         "producer_episodes": [_episode(e) for e in collected.episodes],
