@@ -9,7 +9,7 @@ For each scenario, writes to benchmarks/profiles/:
   by their own time and including what they call (waiting in epoll, and the journal's fsync
   thread, are left out: they are not the event loop's work).
 
-    .venv/bin/python benchmarks/profile.py [--scenarios queue,topic,persistent-consumer]
+    .venv/bin/python benchmarks/hotspots.py [--scenarios queue,topic,persistent-consumer]
         [--rate 250] [--scale 1.0]
 
 Needs py-spy (`pip install -e '.[bench]'`, which ./dev bench does) and the right to trace the
@@ -98,7 +98,7 @@ def main() -> None:
     py_spy = shutil.which("py-spy", path=os.pathsep.join([str(Path(sys.executable).parent)]))
     py_spy = py_spy or shutil.which("py-spy")
     if py_spy is None:
-        sys.exit("profile.py: py-spy is not installed (pip install -e '.[bench]')")
+        sys.exit("hotspots.py: py-spy is not installed (pip install -e '.[bench]')")
     PROFILES.mkdir(exist_ok=True)
     os.environ[PURE_VARIABLE] = "1"  # inherited by the broker: see the module's docstring
     for key in args.scenarios.split(","):

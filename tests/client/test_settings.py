@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from sluiceway.client import ConnectionFactory
-from sluiceway.client.settings import UNLIMITED_CONSUMER_WINDOW, ClientSettings, build_settings
+from sluiceway.client.settings import (
+    UNLIMITED_CONSUMER_WINDOW,
+    AddressList,
+    ClientSettings,
+    build_settings,
+    parse_address_list,
+)
 from sluiceway.errors import ConfigError
 
 
@@ -124,3 +130,19 @@ def test_bad_open_mq_values_raise_naming_the_attribute(
         ConnectionFactory(properties={name: value})
     assert raised.value.name == name
     assert fragment in str(raised.value)
+
+
+def test_address_schemes_say_plain_or_tls_and_do_not_mix() -> None:
+    assert parse_address_list("a:1, stomp://b:2") == AddressList((("a", 1), ("b", 2)), False)
+    assert parse_address_list("ssl://a:1,stomp+ssl://[::1]:2,c:3").tls is True
+    assert parse_address_list("a").tls is None  # bare: as the client's TLS setting says
+    with pytest.raises(ValueError, match="no default port"):
+        parse_address_list("ssl://a")
+    with pytest.raises(ValueError, match="not 'stomp://a:1' with 'ssl://b:2'"):
+        parse_address_list("stomp://a:1,ssl://b:2")
+
+
+def test_the_asyncio_client_refuses_tls_addresses() -> None:
+    with pytest.raises(ConfigError, match="connects over plain TCP") as refused:
+        ConnectionFactory("ssl://127.0.0.1:61614")
+    assert refused.value.name == "addresses"

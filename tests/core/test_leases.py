@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ QUEUE = parse_destination(Q)
 
 
 def read(
-    client: Client, group: str, number: int, path: str = Q, **sizes: int
+    client: Client, group: str, number: int, path: str = Q, **sizes: Any
 ) -> tuple[list[Delivery], dict[str, str]]:
     """Read lease GROUP/number as a SUBSCRIBE with the lease header does; return its messages
     and the end marker's headers."""
@@ -220,6 +221,45 @@ def test_lease_sizes_by_count_and_bytes(make_broker: MakeBroker) -> None:
     messages, _ = read(reader, "g", 4, max_bytes=1)
     assert bodies(messages) == [b"xxx"]
     assert bodies(read(reader, "g", 5, max_bytes=1)[0]) == [b"y" * 50]
+
+
+def test_a_strict_byte_cap_may_leave_a_lease_empty(broker: Broker) -> None:
+    producer, reader = Client(broker), Client(broker)
+    for size in (3, 3, 8):
+        producer.send(Q, b"x" * size)
+    messages, end = read(reader, "g", 1, max_bytes=7, strict_bytes=True)
+    assert bodies(messages) == [b"xxx", b"xxx"]
+    assert (end["lease-count"], end["lease-bytes"]) == ("2", "6")
+    messages, end = read(reader, "g", 2, max_bytes=7, strict_bytes=True)
+    assert messages == []  # the next message alone exceeds the cap: it stays in the queue
+    assert (end["lease-state"], end["lease-count"], end["lease-bytes"]) == ("open", "0", "0")
+    assert queue(broker).pending_count == 1
+
+
+def test_a_lease_made_without_its_messages_is_read_after(broker: Broker) -> None:
+    producer, planner, reader = Client(broker), Client(broker), Client(broker)
+    fill(producer, 5)
+    messages, end = read(planner, "g", 1, max_messages=3, send=False)
+    assert messages == []
+    assert (end["lease-state"], end["lease-count"], end["lease-high"]) == ("open", "3", "1")
+    assert queue(broker).pending_count == 2
+    assert bodies(read(reader, "g", 1)[0]) == [b"0", b"1", b"2"]
+
+
+def test_a_read_that_may_not_create_answers_what_is_there(broker: Broker) -> None:
+    producer, reader = Client(broker), Client(broker)
+    fill(producer, 3)
+    messages, end = read(reader, "g", 7, create=False)
+    assert messages == []
+    assert (end["lease-state"], end["lease-high"]) == ("unread", "-1")
+    assert queue(broker).pending_count == 3  # nothing was taken, no group was made
+    read(reader, "g", 4, max_messages=1)
+    messages, end = read(reader, "g", 9, create=False)
+    assert (end["lease-state"], end["lease-high"]) == ("unread", "4")
+    messages, end = read(reader, "g", 4, create=False)
+    assert bodies(messages) == [b"0"]  # an existing lease is read as usual
+    assert (end["lease-state"], end["lease-high"]) == ("open", "4")
+    assert broker.leases.group_count(QUEUE) == 1
 
 
 def test_the_default_lease_size_is_the_queue_consumer_flow_limit(make_broker: MakeBroker) -> None:

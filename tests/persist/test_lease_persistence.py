@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,7 +136,7 @@ class Restartable:
         return found
 
 
-def read_lease(client: Client, group: str, number: int, **sizes: int) -> list[Delivery]:
+def read_lease(client: Client, group: str, number: int, **sizes: Any) -> list[Delivery]:
     sub_id = f"lease-{group}-{number}"
     client.connection.subscribe(
         sub_id,

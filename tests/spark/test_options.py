@@ -1,13 +1,24 @@
 """Options as Spark hands them over (a case-insensitive mapping with lower-cased keys), without a
-Spark session."""
+Spark session; then, with a local session: when Spark lets a bad option stop a query and what
+the user sees, and TLS with a password file, end to end."""
 
 from __future__ import annotations
 
+import os
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
 import pytest
+from pyspark.errors import AnalysisException, StreamingQueryException
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import CaseInsensitiveDict
 
+from sluiceway.client.tls import TlsSettings
 from sluiceway.errors import ConfigError
 from sluiceway.naming import DestinationKind
+from sluiceway.security.users import UserFile
 from sluiceway.spark.options import (
     DeliveryGuarantee,
     ExpiredLeasePolicy,
@@ -15,6 +26,12 @@ from sluiceway.spark.options import (
     sink_options,
     source_options,
 )
+from sluiceway.testing import BrokerThread
+from tests.server import conftest as server
+from tests.spark.conftest import SPARK_WAIT
+
+tls_files = server.tls_files  # the test CA, and the broker's certificate for 127.0.0.1
+PASSWORD: Final = "etl-secret"  # noqa: S105  (a test password)
 
 
 def spark_options(**options: str) -> CaseInsensitiveDict:
@@ -95,6 +112,43 @@ def test_defaults_leave_the_limits_to_the_broker() -> None:
         ({"destination": "/queue/a", "failoverDeadlineSec": "soon"}, "failoverDeadlineSec", "0"),
         ({"destination": "/queue/a", "timeoutSec": "0"}, "timeoutSec", "above 0"),
         ({"destination": "/queue/a", "retryPauseSec": "0"}, "retryPauseSec", "above 0"),
+        ({"destination": "/queue/a", "tls": "maybe"}, "tls", "true or false"),
+        ({"destination": "/queue/a", "tls": "true"}, "port", "imq.stomp.tls.port"),
+        ({"destination": "/queue/a", "tlsCaFile": "ca.pem"}, "tlsCaFile", "add tls=true"),
+        ({"destination": "/queue/a", "tlsHostnameCheck": "false"}, "tlsHostnameCheck", "TLS"),
+        (
+            {"destination": "/queue/a", "tls": "false", "addresses": "ssl://a:1"},
+            "tls",
+            "contradicts the ssl:// addresses",
+        ),
+        ({"destination": "/queue/a", "addresses": "ssl://a"}, "addresses", "no default port"),
+        (
+            {"destination": "/queue/a", "addresses": "stomp://a:1,ssl://b:2"},
+            "addresses",
+            "all speak plain STOMP or all TLS",
+        ),
+        (
+            {"destination": "/queue/a", "tls": "true", "port": "1", "tlsCaFile": "/none/ca.pem"},
+            "tlsCaFile",
+            "cannot read tlsCaFile '/none/ca.pem'",
+        ),
+        (
+            {"destination": "/queue/a", "password": "pw", "passwordFile": "/none/pw"},
+            "password",
+            "password and passwordFile were given together",
+        ),
+        (
+            {"destination": "/queue/a", "passcode": "pw", "passwordEnv": "PW"},
+            "passcode",
+            "passcode and passwordEnv",
+        ),
+        ({"destination": "/queue/a", "login": "u", "usernameEnv": "U"}, "login", "one source"),
+        (
+            {"destination": "/queue/a", "passwordEnv": "SLUICEWAY_TEST_UNSET"},
+            "passwordEnv",
+            "SLUICEWAY_TEST_UNSET (passwordEnv) is not set",
+        ),
+        ({"destination": "/queue/a", "passwordFile": "/none/pw"}, "passwordFile", "cannot read"),
     ],
 )
 def test_a_bad_option_is_refused_naming_it_and_what_it_accepts(
@@ -163,3 +217,173 @@ def test_the_source_pauses_between_failover_attempts_as_the_sink_does() -> None:
     sink = sink_options(spark_options(failoverDeadlineSec="15", retryPauseSec="0.3"))
     assert (sink.connection.failover, sink.connection.retry.pause) == (15.0, 0.3)
     assert sink.connection.retry.deadline == 60.0  # retryDeadlineSec: the sends' own
+
+
+# -- TLS and credentials ------------------------------------------------------------------------
+
+
+def test_ssl_addresses_turn_tls_on_and_the_ca_is_loaded_now(tls_files: server.TlsFiles) -> None:
+    ca_file = str(tls_files.ca_file)
+    parsed = source_options(
+        spark_options(destination="/queue/a", addresses="ssl://a:61614,b:61615", tlsCaFile=ca_file)
+    )
+    assert parsed.connection.addresses == (("a", 61614), ("b", 61615))
+    assert parsed.connection.tls == TlsSettings(ca_file=ca_file)
+    explicit = sink_options(
+        spark_options(tls="true", port="61614", tlsHostnameCheck="false")
+    ).connection
+    assert explicit.tls == TlsSettings(check_hostname=False)  # the system's CAs
+    assert source_options({"destination": "/queue/a"}).connection.tls is None
+    junk = tls_files.ca_file.with_name("junk.pem")
+    junk.write_text("not a certificate")
+    with pytest.raises(ConfigError, match="holds no CA certificate") as refused:
+        source_options(
+            spark_options(destination="/queue/a", tls="true", port="1", tlsCaFile=str(junk))
+        )
+    assert refused.value.name == "tlsCaFile"
+
+
+def test_a_password_from_a_file_or_the_environment_stays_out_of_the_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    password_file = tmp_path / "password"
+    password_file.write_text(PASSWORD)
+    os.chmod(password_file, 0o600)
+    monkeypatch.setenv("SLUICEWAY_TEST_USER", "etl")
+    monkeypatch.setenv("SLUICEWAY_TEST_PASSWORD", PASSWORD)
+    for credentials in (
+        {"username": "etl", "passwordFile": str(password_file)},
+        {"usernameEnv": "SLUICEWAY_TEST_USER", "passwordEnv": "SLUICEWAY_TEST_PASSWORD"},
+    ):
+        parsed = source_options(spark_options(destination="/queue/a", **credentials))
+        assert parsed.connection.password is None
+        assert parsed.connection.credentials() == ("etl", PASSWORD)
+        # What Spark ships to the executors holds where the password is, not the password.
+        assert PASSWORD.encode() not in pickle.dumps(parsed)
+        assert PASSWORD not in repr(parsed)
+    os.chmod(password_file, 0o644)
+    with pytest.raises(ConfigError, match=f"chmod 600 {password_file}"):
+        sink_options(spark_options(username="etl", passwordFile=str(password_file)))
+
+
+# -- what a local Spark session shows -----------------------------------------------------------
+
+
+def first_lines(error: BaseException) -> list[str]:
+    return str(error).splitlines()
+
+
+def refusal(error: BaseException) -> str:
+    """The ConfigError's line in what Spark says, and the Python frames it shows before it:
+    none but the data source's own entry points."""
+    lines = first_lines(error)
+    frames = [line for line in lines if line.lstrip().startswith('File "')]
+    assert all("sluiceway/spark/source.py" in frame for frame in frames), lines
+    return next(line for line in lines if line.startswith("sluiceway.errors.ConfigError: "))
+
+
+BAD_READ: Final = {"destination": "/queue/a", "maxMessagesPerTrigger": "0"}
+BAD_READ_SAYS: Final = (
+    "sluiceway.errors.ConfigError: option maxMessagesPerTrigger='0' is not valid; it must be an "
+    "integer from 1"
+)
+
+
+def test_a_bad_option_stops_a_read_at_load(spark: SparkSession) -> None:
+    for reading in (spark.read, spark.readStream):
+        with pytest.raises(AnalysisException) as refused:
+            reading.format("sluiceway").options(**BAD_READ).load()
+        assert first_lines(refused.value)[0].startswith("[PYTHON_DATA_SOURCE_ERROR]")
+        assert refusal(refused.value).startswith(BAD_READ_SAYS)
+
+
+def test_a_credential_given_twice_stops_a_batch_write_at_save(spark: SparkSession) -> None:
+    frame = spark.createDataFrame([("m",)], "body string")
+    writer = frame.write.format("sluiceway").mode("append")
+    with pytest.raises(AnalysisException) as refused:
+        writer.options(password="pw", passwordEnv="PW").save()  # noqa: S106  (a test password)
+    assert refusal(refused.value) == (
+        "sluiceway.errors.ConfigError: password and passwordEnv were given together, but a "
+        "credential comes from one source only: give one of them"
+    )
+
+
+@pytest.fixture
+def hidden_tracebacks(spark: SparkSession) -> Iterator[None]:
+    name = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
+    spark.conf.set(name, "true")
+    yield
+    spark.conf.unset(name)
+
+
+@pytest.mark.usefixtures("hidden_tracebacks")
+def test_with_tracebacks_hidden_the_refusal_is_the_first_line(spark: SparkSession) -> None:
+    with pytest.raises(AnalysisException) as refused:
+        spark.read.format("sluiceway").options(**BAD_READ).load()
+    first = first_lines(refused.value)[0]
+    assert first.startswith(
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: " + BAD_READ_SAYS
+    ), first
+
+
+@pytest.mark.timeout(SPARK_WAIT + 60)
+def test_a_stream_writes_bad_option_stops_the_query_at_its_first_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Spark runs nothing of a stream's sink at start(): the query starts, then stops.
+    rows = spark.readStream.format("rate").load().selectExpr("CAST(value AS STRING) AS body")
+    query = (
+        rows.writeStream.format("sluiceway")
+        .option("priority", "10")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        with pytest.raises(StreamingQueryException) as stopped:
+            query.awaitTermination(SPARK_WAIT)
+    finally:
+        query.stop()
+    assert refusal(stopped.value) == (
+        "sluiceway.errors.ConfigError: option priority='10' is not valid; it must be an integer "
+        "from 0 to 9"
+    )
+
+
+@pytest.fixture
+def secured_tls(tls_files: server.TlsFiles, tmp_path: Path) -> Iterator[BrokerThread]:
+    """A broker serving STOMP over TLS only, with authentication on."""
+    users = tmp_path / "passwd"
+    UserFile(users).add("etl", PASSWORD, ())
+    properties = tls_files.properties(
+        {
+            "imq.stomp.tcp.port": "-1",
+            "imq.stomp.tls.port": "0",
+            "imq.authentication.enabled": "true",
+            "imq.user_repository.file.filename": str(users),
+        }
+    )
+    with BrokerThread(properties) as broker:
+        yield broker
+
+
+def test_a_batch_written_and_read_over_tls_with_a_password_file(
+    spark: SparkSession, secured_tls: BrokerThread, tls_files: server.TlsFiles, tmp_path: Path
+) -> None:
+    assert secured_tls.services is not None
+    _, port = secured_tls.services.addresses()["stomp-tls"]
+    password_file = tmp_path / "password"
+    password_file.write_text(PASSWORD)
+    os.chmod(password_file, 0o600)
+    options = {
+        "addresses": f"ssl://127.0.0.1:{port}",
+        "tlsCaFile": str(tls_files.ca_file),
+        "username": "etl",
+        "passwordFile": str(password_file),
+        "destination": "/queue/tls",
+    }
+    frame = spark.createDataFrame([(f"m{i}",) for i in range(20)], "body string")
+    frame.repartition(2).write.format("sluiceway").options(**options).mode("append").save()
+    read = spark.read.format("sluiceway").options(**options).load()
+    assert sorted(row.text for row in read.select("text").collect()) == sorted(
+        f"m{i}" for i in range(20)
+    )

@@ -13,6 +13,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from pyspark.sql.types import Row, StructType
 
 from sluiceway.client.pipeline import OutgoingMessage, PipelineConnection, PipelineMessage
+from sluiceway.client.pipeline_packs import MessagePack
+from sluiceway.spark.arrow_rows import ARROW_SCHEMA, pack_batch, record_batches
 from sluiceway.spark.errors import DataLossError, SchemaMismatch
 from sluiceway.spark.offsets import (
     LeasePartition,
@@ -74,15 +76,23 @@ def test_a_range_is_cut_into_contiguous_partitions() -> None:
 
 def test_a_queue_batch_is_planned_as_leases_under_the_caps() -> None:
     reader = queue_reader(minPartitions="3")
+    reader._makes_leases = True  # the driver makes the leases, within the batch's caps
     begin = QueueOffset("/queue/q", 1000, 0, 0, 0, 0)
     plan = reader._plan(begin, 1000, None)
-    assert (plan.lease, plan.leases, plan.partitions, plan.size, plan.bytes) == (1001, 1, 3, 334, 0)
-    assert plan.partitions * plan.leases * plan.size >= 1000
+    assert (plan.lease, plan.leases, plan.partitions, plan.size) == (1001, 1, 3, 334)
+    assert (plan.total, plan.bytes) == (1000, 0)
     small = reader._plan(begin, 2, 4096)
-    assert (small.partitions, small.size, small.bytes) == (2, 1, 2048)
+    assert (small.partitions, small.size, small.bytes, small.total) == (2, 1, 4096, 2)
     # A batch beyond what one lease may hold takes several leases per partition.
-    huge = queue_reader()._plan(begin, 250_000, None)
-    assert (huge.lease, huge.leases, huge.size) == (1003, 3, 83_334)
+    huge = queue_reader()
+    huge._makes_leases = True
+    plan = huge._plan(begin, 250_000, None)
+    assert (plan.lease, plan.leases, plan.size, plan.total) == (1003, 3, 83_334, 250_000)
+    # A broker that does not make leases for the driver: each is made by its read, within an
+    # equal share of the caps.
+    reader._makes_leases = False
+    small = reader._plan(begin, 2, 4096)
+    assert (small.partitions, small.size, small.bytes, small.total) == (2, 1, 2048, None)
 
 
 def test_read_limits_from_spark_become_caps() -> None:
@@ -264,11 +274,67 @@ def test_a_queue_batch_reads_its_leases_under_the_byte_cap(broker: BrokerThread)
     end = reader.latestOffset(start, ReadMaxRows(1000))
     parts = reader.partitions(start, end)
     assert [p.group for p in parts if isinstance(p, LeasePartition)] == ["g", "g.1"]
-    # What executors do: each partition creates and reads its own lease.
-    rows = [row for part in parts for row in reader.read(part)]
-    assert sum(len(row[0]) for row in rows if isinstance(row[0], bytes)) <= 350
-    assert len(rows) == 2  # 175 bytes per lease: one 100-byte message each
+    # The driver made the leases in order: the first took 300 bytes, the second nothing (the
+    # next message would take the batch over 350). The tasks read them.
+    rows = [row for part in parts for batch in reader.read(part) for row in batch.to_pylist()]
+    assert sum(len(row["body"]) for row in rows) == 300
+    assert len(rows) == 3
     reader.commit(end)
     with PipelineConnection(settings(broker)) as connection:
-        assert connection.head("/queue/q").message_count == 8
+        assert connection.head("/queue/q").message_count == 7
     reader.stop()
+
+
+QUEUE_HEADER = {"destination": "/queue/q"}  # every message of a pack has the same
+
+
+@pytest.mark.parametrize("include_headers", [True, False])
+def test_record_batches_hold_the_rows_message_row_makes(include_headers: bool) -> None:
+    messages = [
+        PipelineMessage(
+            b"caf\xe9",
+            {
+                "message-id": "m-1",
+                "sequence": "7",
+                "destination": "/queue/q",
+                "priority": "9",
+                "persistent": "true",
+                "timestamp": "1700000000123",
+                "expires": "1700000999000",
+                "redelivered": "true",
+                "delivery-count": "3",
+                "content-type": "text/plain;charset=latin-1",
+                "region": "eu",
+                "lease": "g/1",
+            },
+        ),
+        PipelineMessage(b"\xff\xfe", {"message-id": "m-2", "sequence": "8", **QUEUE_HEADER}),
+        PipelineMessage(
+            b"", {"message-id": "m-3", "sequence": "9", "timestamp": "1", **QUEUE_HEADER}
+        ),
+    ]
+    expected = [
+        dict(zip(SOURCE_SCHEMA.fieldNames(), message_row(m, include_headers), strict=True))
+        for m in messages
+    ]
+    # Built message by message, and from the columns of a pack of the same messages (with
+    # and without producers' headers, which take the slower path for texts and maps).
+    bare = [PipelineMessage(m.body, {**m.headers, "content-type": ""}) for m in messages[1:]]
+    bare_expected = [
+        dict(zip(SOURCE_SCHEMA.fieldNames(), message_row(m, include_headers), strict=True))
+        for m in bare
+    ]
+    for batch, wanted in (
+        (next(record_batches(messages, include_headers)), expected),
+        (pack_batch(MessagePack.of(messages), include_headers), expected),
+        (pack_batch(MessagePack.of(bare[1:]), include_headers), bare_expected[1:]),
+        (pack_batch(MessagePack.of(bare), include_headers), bare_expected),
+    ):
+        assert batch.schema == ARROW_SCHEMA
+        got = batch.to_pylist()
+        for row in got:
+            if row["headers"] is not None:
+                row["headers"] = dict(row["headers"])
+        assert got == wanted
+    assert expected[0]["text"] == "café"
+    assert expected[1]["text"] is None  # not UTF-8

@@ -16,7 +16,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from sluiceway.client.pipeline import LeaseState, PipelineConnection
+from sluiceway.client.pipeline import LeaseState, OutgoingMessage, PipelineConnection
 from sluiceway.spark.offsets import QueueOffset, lease_names
 from sluiceway.testing import BrokerThread
 from tests.spark.conftest import SPARK_WAIT, publish, settings, wait_for
@@ -100,6 +100,79 @@ def test_queue_stream_reads_each_message_once_in_batches_of_at_most_the_limit(
         for name in lease_names("orders-etl", offset):
             read = connection.read_lease("/queue/orders", name)
             assert read.drain().lease_state is LeaseState.ACKNOWLEDGED
+
+
+def batch_sizes(frame: DataFrame) -> tuple[StreamingQuery, list[tuple[int, int]]]:
+    """An available-now query recording each batch's rows and body bytes."""
+    seen: list[tuple[int, int]] = []
+
+    def record(batch: DataFrame, _batch_id: int) -> None:
+        row = batch.selectExpr("count(*) AS n", "coalesce(sum(length(body)), 0) AS b").first()
+        assert row is not None
+        if row.n:
+            seen.append((int(row.n), int(row.b)))
+
+    query = frame.writeStream.foreachBatch(record).trigger(availableNow=True).start()
+    return query, seen
+
+
+def test_no_batch_exceeds_its_caps_whatever_the_partitions(
+    spark: SparkSession, module_broker: BrokerThread
+) -> None:
+    """Each partition's share is rounded up, and a lease takes a message over its byte share:
+    the driver makes the batch's leases one after the other within what is left of its caps."""
+    sizes = [40 + (i * 37) % 200 for i in range(2000)]
+    for destination in ("/queue/capped.count", "/queue/capped.bytes"):
+        with PipelineConnection(settings(module_broker)) as connection:
+            connection.send_many(OutgoingMessage(destination, b"x" * size) for size in sizes)
+    by_count = stream(
+        spark,
+        module_broker,
+        "/queue/capped.count",
+        group="capped",
+        minPartitions="3",
+        maxMessagesPerTrigger="700",
+    )
+    query, seen = batch_sizes(by_count)
+    finish(query)
+    assert sum(n for n, _ in seen) == 2000
+    assert max(n for n, _ in seen) == 700  # not 702: three shares of 234
+    by_bytes = stream(
+        spark,
+        module_broker,
+        "/queue/capped.bytes",
+        group="capped",
+        minPartitions="3",
+        maxMessagesPerTrigger="100000",
+        maxBytesPerTrigger="10000",
+    )
+    query, seen = batch_sizes(by_bytes)
+    finish(query)
+    assert sum(n for n, _ in seen) == 2000
+    assert sum(b for _, b in seen) == sum(sizes)
+    assert max(b for _, b in seen) <= 10_000
+    assert min(b for _, b in seen[:-1]) > 10_000 - 240  # full but for the next message
+
+
+def test_a_new_checkpoint_numbers_leases_after_the_group_s_highest_not_by_the_clock(
+    spark: SparkSession, module_broker: BrokerThread, tmp_path: Path
+) -> None:
+    """The numbers come from the broker's record of the group (`lease-high`), so no clock set
+    back can make a new lease answer `expired`."""
+    publish(module_broker, "/queue/renumbered", 0, 300)
+    options = {"group": "renumbered", "maxMessagesPerTrigger": "100"}
+    first = stream(spark, module_broker, "/queue/renumbered", **options)
+    assert finish(to_parquet(first, tmp_path, "first")) == [100, 100, 100]
+    used = QueueOffset.parse(last_offset(tmp_path / "first" / "checkpoint"), "/queue/renumbered")
+    assert used.lease == 3  # numbered from 1: the group was new
+
+    publish(module_broker, "/queue/renumbered", 300, 100)
+    second = stream(spark, module_broker, "/queue/renumbered", **options)
+    assert finish(to_parquet(second, tmp_path, "second")) == [100]
+    again = QueueOffset.parse(last_offset(tmp_path / "second" / "checkpoint"), "/queue/renumbered")
+    assert again.lease == 4
+    texts = parquet_texts(spark, tmp_path / "second" / "out")
+    assert texts == Counter(f"m{i}" for i in range(300, 400))
 
 
 def test_topic_stream_reads_each_message_once_in_batches_of_at_most_the_limit(

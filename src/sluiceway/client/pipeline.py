@@ -1,8 +1,8 @@
 """A small blocking STOMP connection for data pipelines: range reads, cursors, leases, stages.
 
 It speaks the extensions of [pipelines-protocol.md](../../../docs/pipelines-protocol.md) over one
-plain socket with the broker's own codec, one operation at a time, so a Spark task or a script
-can use it without an event loop:
+socket (TLS when the settings say so: `tls`) with the broker's own codec, one operation at a
+time, so a Spark task or a script can use it without an event loop:
 
     with PipelineConnection(PipelineSettings(port=61613)) as connection:
         head = connection.head("/topic/orders")
@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import ssl
 from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Final
@@ -46,6 +47,7 @@ from sluiceway.client.pipeline_failover import (
     resumed_read,
     with_failover,
 )
+from sluiceway.client.pipeline_packs import MessagePack
 from sluiceway.client.pipeline_sends import SendWindow
 from sluiceway.client.pipeline_values import (
     DEFAULT_MAX_INFLIGHT,
@@ -71,6 +73,7 @@ from sluiceway.client.protocol import (
     is_failed_receipt,
     refusal,
 )
+from sluiceway.client.tls import client_context, handshake
 from sluiceway.errors import (
     BrokerError,
     ConnectFailedError,
@@ -100,6 +103,8 @@ log = logging.getLogger(__name__)
 
 # Receipt ids of requests other than sends start with this.
 _REQUEST_RECEIPT: Final = "r"
+# Messages that came one per frame, packed by `Read.packs()` this many at a time.
+_PLAIN_PACK: Final = 1000
 
 
 class Read:
@@ -122,6 +127,31 @@ class Read:
         self.end: EndMarker | None = None
 
     def __iter__(self) -> Iterator[PipelineMessage]:
+        for item in self._items():
+            if isinstance(item, MessagePack):
+                yield from item.messages()
+            else:
+                yield item
+
+    def packs(self) -> Iterator[MessagePack]:
+        """The messages as packs of columns (protocol.pack): as the broker packed them for a
+        read with `pack`, else packed here (an older broker, or a read without it)."""
+        plain: list[PipelineMessage] = []
+        for item in self._items():
+            if isinstance(item, MessagePack):
+                if plain:
+                    yield MessagePack.of(plain)
+                    plain = []
+                yield item
+            else:
+                plain.append(item)
+                if len(plain) >= _PLAIN_PACK:
+                    yield MessagePack.of(plain)
+                    plain = []
+        if plain:
+            yield MessagePack.of(plain)
+
+    def _items(self) -> Iterator[PipelineMessage | MessagePack]:
         connection = self._connection
         if connection.settings.failover > 0:
             items = resumed_read(connection, connection._read, self._resume)
@@ -157,6 +187,7 @@ class PipelineConnection:
         self._decoder: FrameDecoder | None = None
         self.receipt_numbers: Iterator[int] = itertools.count(1)  # receipt and subscription ids
         self._receipts: Receipts[None] = Receipts(self.receipt_numbers)
+        self._tls_context: ssl.SSLContext | None = None  # made at the first TLS connect
 
     # -- pickling: settings only ------------------------------------------------------------------
 
@@ -174,40 +205,63 @@ class PipelineConnection:
     def connected(self) -> bool:
         return self._socket is not None
 
-    @staticmethod
-    def _open_socket(addresses: Iterable[Address], timeout: float) -> tuple[socket.socket, Address]:
-        """A socket to the first broker of `addresses` that answers, and its address."""
+    def _open_socket(
+        self, addresses: Iterable[Address], timeout: float
+    ) -> tuple[socket.socket, Address]:
+        """A socket to the first broker of `addresses` that answers, and its address: over TLS
+        when the settings say so. A certificate the client does not accept, or an address that
+        does not speak TLS, raises TlsError at once (no other address or attempt is tried:
+        the settings must change)."""
+        context = self._tls()
         failures: list[str] = []
         for host, port in addresses:
             try:
-                return socket.create_connection((host, port), timeout), (host, port)
+                sock = socket.create_connection((host, port), timeout)
+                if context is not None:
+                    sock = handshake(context, sock, host, port)
             except OSError as exc:
                 failures.append(f"{host}:{port}: {exc}")
+            else:
+                return sock, (host, port)
         raise ConnectFailedError(f"cannot connect to the broker at {'; '.join(failures)}")
+
+    def _tls(self) -> ssl.SSLContext | None:
+        """The SSL context of the settings' TLS, made at the first connect (before any socket,
+        so that a CA file that cannot be read is a ConfigError); None: plain TCP."""
+        tls = self.settings.tls
+        if tls is not None and self._tls_context is None:
+            self._tls_context = client_context(tls)
+        return self._tls_context
 
     def connect(self) -> None:
         """Open the connection now (operations do it themselves when needed)."""
         if self._socket is None:
             settings = self.settings
-            self._start(*self._open_socket(settings.targets, settings.timeout))
+            request = self._connect_request()
+            self._start(request, *self._open_socket(settings.targets, settings.timeout))
 
     def connect_to(self, address: Address, timeout: float) -> None:
         """Open a new connection to `address` alone, waiting up to `timeout` seconds for TCP
         (failover chooses where to go)."""
         self.close()
-        self._start(*self._open_socket([address], timeout))
+        request = self._connect_request()
+        self._start(request, *self._open_socket([address], timeout))
 
-    def _start(self, sock: socket.socket, address: Address) -> None:
-        """CONNECT on the new socket `sock` to `address`."""
+    def _connect_request(self) -> ConnectRequest:
+        """The CONNECT to send, with the credentials read now (from the environment or the
+        password file when the settings name one), before any socket is opened."""
+        # No heart-beats: the connection is used in short bursts by one thread, which notices
+        # a dead broker by its own timeout.
+        return ConnectRequest(self.settings.host, *self.settings.credentials())
+
+    def _start(self, request: ConnectRequest, sock: socket.socket, address: Address) -> None:
+        """Send `request` on the new socket `sock` to `address`."""
         settings = self.settings
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(settings.timeout)
         self._socket = sock
         self.last_address = address
         self._decoder = decoder = FrameDecoder(max_header_count=CLIENT_MAX_HEADER_COUNT)
-        # No heart-beats: the connection is used in short bursts by one thread, which notices
-        # a dead broker by its own timeout.
-        request = ConnectRequest(settings.host, settings.username, settings.password)
         try:
             self.write_frame(Frame("CONNECT", request.headers()))
             version = connected_version(self.next_frame())
@@ -323,7 +377,7 @@ class PipelineConnection:
 
     # -- reads -----------------------------------------------------------------------------------
 
-    def _read(self, headers: dict[str, str]) -> Iterator[PipelineMessage | EndMarker]:
+    def _read(self, headers: dict[str, str]) -> Iterator[PipelineMessage | MessagePack | EndMarker]:
         """SUBSCRIBE with `headers`, yield each MESSAGE, then the end marker; UNSUBSCRIBE."""
         self.connect()
         sub_id = f"p{next(self.receipt_numbers)}"
@@ -342,6 +396,8 @@ class PipelineConnection:
             elif frame.command == "MESSAGE" and frame.headers.get("subscription") == sub_id:
                 if is_end_marker(frame.headers):
                     end = frame
+                elif "pack-count" in frame.headers:
+                    yield MessagePack.from_frame(frame.body, frame.headers)
                 else:
                     yield PipelineMessage(frame.body, frame.headers)
         # Without a receipt: nothing depends on it, and an error would come as an ERROR anyway.
@@ -358,17 +414,21 @@ class PipelineConnection:
         *,
         cursor: str | None = None,
         cursor_start: str | None = None,
+        pack: int | None = None,
     ) -> Read:
         """The retained messages with `start <= sequence < end` (None: to the head), in order.
 
         With `cursor`, the topic cursor GROUP is opened in the same SUBSCRIBE (created at
-        `cursor_start`, earliest | latest | a sequence number, when missing).
+        `cursor_start`, earliest | latest | a sequence number, when missing). With `pack`, the
+        broker sends up to that many messages per frame (`Read.packs()` takes them as columns).
         """
         headers = {
             "destination": destination,
             "browser": "true",
             "from-sequence": str(start),
         }
+        if pack is not None:
+            headers["pack"] = str(pack)
         if end is not None:
             headers["to-sequence"] = str(end)
         if cursor is not None:
@@ -416,16 +476,34 @@ class PipelineConnection:
         max_messages: int | None = None,
         max_bytes: int | None = None,
         ttl_ms: int | None = None,
+        strict_bytes: bool = False,
+        create: bool = True,
+        messages: bool = True,
+        pack: int | None = None,
     ) -> Read:
         """Lease `GROUP/N` of `queue`: created with these bounds when new, else the same
-        messages again; the end marker says its state and size."""
+        messages again; the end marker says its state, size and the group's highest number.
+
+        `strict_bytes`: a new lease takes no message at all rather than one over `max_bytes`.
+        `create=False`: nothing is made (a lease never read answers `unread`). `messages=False`:
+        the end marker alone (to make a lease now and read it later). `pack`: as for
+        `read_range`."""
         headers = {"destination": queue, "lease": lease}
+        if pack is not None:
+            headers["pack"] = str(pack)
         if max_messages is not None:
             headers["lease-max-messages"] = str(max_messages)
         if max_bytes is not None:
             headers["lease-max-bytes"] = str(max_bytes)
         if ttl_ms is not None:
             headers["lease-ttl"] = str(ttl_ms)
+        for name, value, default in (
+            ("lease-bytes-strict", strict_bytes, False),
+            ("lease-create", create, True),
+            ("lease-messages", messages, True),
+        ):
+            if value is not default:
+                headers[name] = "true" if value else "false"
         return Read(self, headers, LeaseResume(headers, f"read of lease {lease} of {queue}"))
 
     def ack_lease(self, queue: str, lease: str) -> LeaseState:

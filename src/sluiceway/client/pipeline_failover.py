@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final, Protocol, TypeVar
 
+from sluiceway.client.pipeline_packs import MessagePack
 from sluiceway.client.pipeline_values import (
     EndMarker,
     LeaseState,
@@ -255,6 +256,15 @@ class Resume:
         """Whether `message` is new (to yield); it is one of this attempt's, in order."""
         return True
 
+    def admit_pack(self, pack: MessagePack) -> MessagePack | None:
+        """The part of `pack` that is new (None: none of it), as `admit` would say message by
+        message (what is new of a read is always its last part)."""
+        first = None
+        for index in range(pack.count):
+            if self.admit(pack.message(index)) and first is None:
+                first = index
+        return None if first is None else pack.tail(first)
+
     def check_end(self, end: EndMarker) -> None:
         """The attempt's end marker came: raise when it contradicts what was yielded."""
 
@@ -274,6 +284,11 @@ class RangeResume(Resume):
     def admit(self, message: PipelineMessage) -> bool:
         self._next = message.sequence + 1
         return True
+
+    def admit_pack(self, pack: MessagePack) -> MessagePack | None:
+        if pack.count:
+            self._next = pack.pack.sequences[-1] + 1
+        return pack
 
 
 class LeaseResume(Resume):
@@ -302,6 +317,31 @@ class LeaseResume(Resume):
         self._last_id = message_id
         return True
 
+    def admit_pack(self, pack: MessagePack) -> MessagePack | None:
+        count = pack.count
+        if self._seen >= self._yielded and count:  # all new: no message to look at
+            self._seen += count
+            self._yielded += count
+            self._last_id = pack.pack.message_id(count - 1)
+            return pack
+        first = None
+        for index in range(count):
+            self._seen += 1
+            if self._seen < self._yielded:
+                continue
+            message_id = pack.pack.message_id(index)
+            if self._seen == self._yielded:
+                if message_id != self._last_id:
+                    raise self._changed(
+                        f"message {self._seen} is {message_id}, not {self._last_id}"
+                    )
+                continue
+            if first is None:
+                first = index
+            self._yielded += 1
+            self._last_id = message_id
+        return None if first is None else pack.tail(first)
+
     def check_end(self, end: EndMarker) -> None:
         # A lease that expired (or was acknowledged) meanwhile holds no messages any more: the
         # end marker says so, and the caller decides.
@@ -317,9 +357,9 @@ class LeaseResume(Resume):
 
 def resumed_read(
     link: Link,
-    read: Callable[[dict[str, str]], Iterator[PipelineMessage | EndMarker]],
+    read: Callable[[dict[str, str]], Iterator[PipelineMessage | MessagePack | EndMarker]],
     resume: Resume,
-) -> Iterator[PipelineMessage | EndMarker]:
+) -> Iterator[PipelineMessage | MessagePack | EndMarker]:
     """The items of `read(headers)`, its end marker last, read again as `resume` says after a
     failure that failover recovers from."""
     failover = Failover(link, resume.what)
@@ -331,7 +371,12 @@ def resumed_read(
                     resume.check_end(item)
                     yield item
                     return
-                if resume.admit(item):
+                if isinstance(item, MessagePack):
+                    kept = resume.admit_pack(item)
+                    if kept is not None:
+                        failover.progressed()
+                        yield kept
+                elif resume.admit(item):
                     failover.progressed()
                     yield item
         except RECOVERABLE as exc:

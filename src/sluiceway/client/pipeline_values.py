@@ -9,9 +9,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
-from sluiceway.client.credentials import credential
+from sluiceway.client.credentials import (
+    credential,
+    one_source,
+    read_environment,
+    read_password_file,
+)
 from sluiceway.client.message import MessageView
 from sluiceway.client.retry import RetryPolicy
+from sluiceway.client.tls import TlsSettings
 from sluiceway.errors import RemoteProtocolError
 
 # Status of a refused lease ACK: the lease expired (or was released) before it was acknowledged.
@@ -33,6 +39,7 @@ class LeaseState(Enum):
     OPEN = "open"
     ACKNOWLEDGED = "acknowledged"
     EXPIRED = "expired"
+    UNREAD = "unread"  # never read (a read with create=False made nothing)
 
 
 class StageState(Enum):
@@ -51,7 +58,11 @@ class PipelineSettings:
     """Where the broker is and how to talk to it; a plain value, safe to pickle.
 
     The credentials are `username` and `password`, as everywhere else in the product; `login`
-    and `passcode` are accepted as their aliases (see `sluiceway.client.credentials`).
+    and `passcode` are accepted as their aliases (see `sluiceway.client.credentials`). Each may
+    instead be read where the connection is made, so that the settings (pickled to Spark's
+    executors) never hold it: `username_env`, `password_env` name environment variables,
+    `password_file` a file whose first line is the password, readable by its owner only. One
+    source per credential; `credentials()` reads them.
     """
 
     host: str
@@ -69,6 +80,10 @@ class PipelineSettings:
     # a refusal with status 503, pausing as `retry` says between attempts; 0: no failover (a
     # request that finds an idle connection lost is tried once more at once, nothing else).
     failover: float
+    tls: TlsSettings | None  # whom a TLS connection trusts; None: plain TCP
+    username_env: str | None  # an environment variable holding the user name
+    password_env: str | None  # an environment variable holding the password
+    password_file: str | None  # a file whose first line is the password
 
     def __init__(  # noqa: PLR0917  (the fields' order, as the dataclass's own __init__ had it)
         self,
@@ -85,21 +100,35 @@ class PipelineSettings:
         passcode: str | None = None,
         addresses: tuple[tuple[str, int], ...] = (),
         failover: float = 0.0,
+        tls: TlsSettings | None = None,
+        username_env: str | None = None,
+        password_env: str | None = None,
+        password_file: str | None = None,
     ) -> None:
         if not 0 <= failover < math.inf:
             raise ValueError(f"failover must be a number of seconds, 0 or more, not {failover!r}")
+        username = credential("username", username, "login", login)
+        password = credential("password", password, "passcode", passcode)
+        one_source({"username": username, "username_env": username_env})
+        one_source(
+            {"password": password, "password_env": password_env, "password_file": password_file}
+        )
         # Frozen: the fields are set the way the generated __init__ would set them.
         values = {
             "host": host,
             "port": port,
-            "username": credential("username", username, "login", login),
-            "password": credential("password", password, "passcode", passcode),
+            "username": username,
+            "password": password,
             "timeout": timeout,
             "retry": retry if retry is not None else _default_retry(),
             "max_inflight": max_inflight,
             "max_inflight_bytes": max_inflight_bytes,
             "addresses": tuple(addresses),
             "failover": float(failover),
+            "tls": tls,
+            "username_env": username_env,
+            "password_env": password_env,
+            "password_file": password_file,
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
@@ -108,6 +137,19 @@ class PipelineSettings:
     def targets(self) -> tuple[tuple[str, int], ...]:
         """The brokers to try, in order."""
         return self.addresses or ((self.host, self.port),)
+
+    def credentials(self) -> tuple[str | None, str | None]:
+        """The user name and password to send on CONNECT, read now from the environment or the
+        password file when the settings name one: on the machine that connects (a Spark
+        executor reads its own environment and file). ConfigError when one cannot be read."""
+        username, password = self.username, self.password
+        if self.username_env is not None:
+            username = read_environment(self.username_env, "username_env")
+        if self.password_env is not None:
+            password = read_environment(self.password_env, "password_env")
+        elif self.password_file is not None:
+            password = read_password_file(self.password_file, "password_file")
+        return username, password
 
     @property
     def login(self) -> str | None:
@@ -120,11 +162,19 @@ class PipelineSettings:
         return self.password
 
     def __repr__(self) -> str:
-        # Never print the password (settings end up in Spark's plans and logs).
+        # Never print the password (settings end up in Spark's plans and logs); where it is
+        # read from is no secret.
+        sources = (
+            ("tls", self.tls),
+            ("username_env", self.username_env),
+            ("password_env", self.password_env),
+            ("password_file", self.password_file),
+        )
+        given = "".join(f", {name}={value!r}" for name, value in sources if value is not None)
         return (
             f"PipelineSettings(host={self.host!r}, port={self.port}, "
             f"addresses={self.addresses!r}, username={self.username!r}, timeout={self.timeout}, "
-            f"failover={self.failover})"
+            f"failover={self.failover}{given})"
         )
 
 
@@ -181,6 +231,8 @@ class EndMarker:
     lease_state: LeaseState | None
     lease_count: int | None
     lease_expires: int | None
+    lease_bytes: int | None  # bytes of the lease's message bodies
+    lease_high: int | None  # the highest number the lease's group used (-1: none)
     headers: Mapping[str, str]
 
     @classmethod
@@ -203,6 +255,8 @@ class EndMarker:
             lease_state=lease_state,
             lease_count=optional_int(headers, "lease-count"),
             lease_expires=optional_int(headers, "lease-expires"),
+            lease_bytes=optional_int(headers, "lease-bytes"),
+            lease_high=optional_int(headers, "lease-high"),
             headers=dict(headers),
         )
 

@@ -47,6 +47,8 @@ from sluiceway.javaprops import load_properties
 
 DEFAULT_ADDRESS: Final = "stomp://127.0.0.1:61613"
 DEFAULT_PORT: Final = 61613
+# Address schemes of STOMP over TLS (`stomp+ssl` as ActiveMQ names it).
+TLS_SCHEMES: Final = frozenset({"ssl", "stomp+ssl"})
 # Messages per consumer the client asks for on SUBSCRIBE when imqConsumerFlowLimit sets no limit
 # (0 or -1). The window the broker grants is what bounds a consumer's buffer (the broker sends no
 # more until messages are consumed), so the client never asks for an unlimited one: a slow
@@ -151,23 +153,62 @@ def _addresses_check(value: Any) -> tuple[tuple[str, int], ...]:
     return parse_addresses(value)
 
 
-def parse_addresses(text: str) -> tuple[tuple[str, int], ...]:
-    """`stomp://host:port[,stomp://host:port...]` (or bare `host:port`) into (host, port) pairs."""
+@dataclass(frozen=True, slots=True)
+class AddressList:
+    """Brokers to try in order, and whether their scheme asks for TLS: True for `ssl://` (or
+    `stomp+ssl://`), False for `stomp://`, None when every address is a bare `HOST:PORT`."""
+
+    addresses: tuple[tuple[str, int], ...]
+    tls: bool | None
+
+
+def parse_address_list(text: str) -> AddressList:
+    """`stomp://HOST:PORT` or `ssl://HOST:PORT` (`stomp+ssl://` too), or a bare `HOST:PORT`,
+    comma-separated. One list speaks one way: plain and TLS schemes do not mix. A TLS address
+    names its port, since the broker's STOMP over TLS has none by default."""
     addresses = []
+    schemes: dict[bool, str] = {}  # TLS or not -> the first address that said so
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         split = urlsplit(part if "://" in part else f"stomp://{part}")
-        if split.scheme != "stomp" or not split.hostname:
-            raise ValueError(f"addresses of the form stomp://HOST:PORT, not {part!r}")
+        tls = split.scheme in TLS_SCHEMES
+        if not (tls or split.scheme == "stomp") or not split.hostname:
+            raise ValueError(
+                f"addresses of the form stomp://HOST:PORT or ssl://HOST:PORT, not {part!r}"
+            )
         try:
-            port = split.port or DEFAULT_PORT
+            port = split.port
         except ValueError:
             raise ValueError(f"a valid port in {part!r}") from None
-        addresses.append((split.hostname, port))
+        if tls and port is None:
+            raise ValueError(
+                f"a port in {part!r}: STOMP over TLS has no default port (give the broker's "
+                "imq.stomp.tls.port)"
+            )
+        if "://" in part:
+            schemes.setdefault(tls, part)
+        addresses.append((split.hostname, port or DEFAULT_PORT))
     if not addresses:
         raise ValueError("at least one address, such as stomp://127.0.0.1:61613")
-    return tuple(addresses)
+    if len(schemes) > 1:
+        raise ValueError(
+            f"addresses that all speak plain STOMP or all TLS, not {schemes[False]!r} with "
+            f"{schemes[True]!r}"
+        )
+    return AddressList(tuple(addresses), next(iter(schemes), None))
+
+
+def parse_addresses(text: str) -> tuple[tuple[str, int], ...]:
+    """`stomp://host:port[,stomp://host:port...]` (or bare `host:port`) into (host, port) pairs:
+    the addresses of the asyncio client, which speaks plain STOMP only."""
+    parsed = parse_address_list(text)
+    if parsed.tls:
+        raise ValueError(
+            "addresses of the form stomp://HOST:PORT: this client connects over plain TCP "
+            "(the pipeline client and the Spark connector speak TLS)"
+        )
+    return parsed.addresses
 
 
 def _ms_to_seconds(text: str) -> float | None:

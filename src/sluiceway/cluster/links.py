@@ -31,12 +31,11 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import stat
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Final
 
+from sluiceway.client.credentials import read_password_file
 from sluiceway.cluster.demand import Demand, LocalConsumers, read_demand
 from sluiceway.cluster.durable_link import DurableLink, end_at_home
 from sluiceway.cluster.durables import (
@@ -352,21 +351,7 @@ def cluster_links(
 
 def read_link_password(path: str) -> str:
     """The first line of the link password file; refused when others may read it."""
-    name = "imq.cluster.link.password.file"
-    try:
-        mode = Path(path).stat().st_mode
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise ConfigError(
-            name, f"cannot read the link password file {path} ({name}): {error.strerror or error}"
-        ) from error
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(
-            name,
-            f"{path} may be read by others (mode {stat.S_IMODE(mode):o}): make it readable by "
-            f"the broker's user only (chmod 600 {path})",
-        )
-    return lines[0] if lines else ""
+    return read_password_file(path, "imq.cluster.link.password.file", "link password file")
 
 
 def loopback_if_any(host: str) -> str:

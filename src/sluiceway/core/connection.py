@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sluiceway.core.features.cursors import CursorRead, Cursors
+from sluiceway.core.features.cursors import Cursor, CursorRead, Cursors
 from sluiceway.core.features.leases import LeaseRead, LeaseReader, Leases
 from sluiceway.core.features.limits import check_size
 from sluiceway.core.features.producers import Producer, ProducerControl
@@ -274,6 +274,7 @@ class CoreConnection(Producer):
         durable_name: str | None = None,
         cursor: CursorRead | None = None,
         lease: LeaseRead | None = None,
+        pack: int = 0,
     ) -> Subscription:
         """Create a subscription; it is given messages at once if any are waiting.
 
@@ -282,7 +283,8 @@ class CoreConnection(Producer):
         With `durable_name`, it attaches to that durable subscription of this connection's
         client id, creating it if new. With `cursor` (a topic browser), it opens that cursor
         and reads from its position unless told where; with `lease`, it reads that queue lease,
-        creating it if new (core.features.cursors, core.features.leases).
+        creating it if new (core.features.cursors, core.features.leases). A browse with `pack`
+        sends that many messages per MESSAGE frame (protocol.pack).
         """
         if sub_id in self.subscriptions:
             raise Conflict(
@@ -334,6 +336,8 @@ class CoreConnection(Producer):
             subscription.queue.attach(subscription)  # may refuse (409): nothing registered yet
         self.subscriptions[sub_id] = subscription
         self._by_number[subscription.number] = subscription
+        if isinstance(subscription, BrowserSubscription | TopicBrowserSubscription):
+            subscription.pack = pack
         if isinstance(subscription, TopicSubscription):
             subscription.topic.attach(subscription)
         elif isinstance(subscription, DurableSubscription):
@@ -341,16 +345,9 @@ class CoreConnection(Producer):
             subscription.attach(state)
         elif isinstance(subscription, LeaseReader):
             assert view is not None
-            subscription.show(view.name, view.state, view.lease)
+            subscription.show(view)
         elif isinstance(subscription, BrowserSubscription | TopicBrowserSubscription):
-            start, end = browse_range
-            if cursor is not None and opened is not None:
-                start = cursor.from_seq if cursor.from_seq is not None else opened.position
-                end = cursor.to_seq
-                subscription.end_extra = opened.end_headers
-            if not start and isinstance(subscription, TopicBrowserSubscription):
-                start = subscription.topic.log.first_seq or destination.last_seq + 1
-            subscription.set_range(start, end)
+            _set_range(subscription, browse_range, cursor, opened)
         subscription.refill()
         return subscription
 
@@ -661,3 +658,21 @@ def _subscription_class(
     if durable:
         return DurableSubscription
     return QueueSubscription if isinstance(destination, Queue) else TopicSubscription
+
+
+def _set_range(
+    subscription: BrowserSubscription | TopicBrowserSubscription,
+    browse_range: tuple[int, int | None],
+    cursor: CursorRead | None,
+    opened: Cursor | None,
+) -> None:
+    """The range a browse reads: the one asked for, or from a cursor's position."""
+    start, end = browse_range
+    if cursor is not None and opened is not None:
+        start = cursor.from_seq if cursor.from_seq is not None else opened.position
+        end = cursor.to_seq
+        subscription.end_extra = opened.end_headers
+    if not start and isinstance(subscription, TopicBrowserSubscription):
+        destination = subscription.topic
+        start = destination.log.first_seq or destination.last_seq + 1
+    subscription.set_range(start, end)

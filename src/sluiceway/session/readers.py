@@ -18,6 +18,7 @@ from sluiceway.core.features.leases import MAX_NUMBER, LeaseRead
 from sluiceway.errors import BadRequest
 from sluiceway.naming import DestinationKind, DestinationName, validate_name
 from sluiceway.protocol.frames import Frame
+from sluiceway.protocol.pack import MAX_PACK
 from sluiceway.session import headers as h
 
 CURSOR: Final = "cursor"
@@ -122,7 +123,41 @@ def _lease_read(frame: Frame) -> LeaseRead:
         max_messages=_positive(frame, "lease-max-messages"),
         max_bytes=_positive(frame, "lease-max-bytes"),
         ttl_ms=_positive(frame, "lease-ttl"),
+        create=_flag(frame, "lease-create", default=True),
+        send=_flag(frame, "lease-messages", default=True),
+        strict_bytes=_flag(frame, "lease-bytes-strict", default=False),
     )
+
+
+def _flag(frame: Frame, name: str, *, default: bool) -> bool:
+    text = frame.headers.get(name)
+    if text is None:
+        return default
+    if text not in ("true", "false"):
+        raise BadRequest(
+            f"invalid {name} header", f"the {name} header must be true or false; got {text!r}"
+        )
+    return text == "true"
+
+
+def pack_size(frame: Frame, reads: bool) -> int:
+    """`pack:N` of a range, cursor or lease read (`reads`): messages per MESSAGE frame, 1 to
+    MAX_PACK (protocol.pack); 0 without the header."""
+    text = frame.headers.get("pack")
+    if text is None:
+        return 0
+    if not reads:
+        raise BadRequest(
+            "pack on a subscription",
+            "the pack header is for reads (browser:true, a cursor or a lease); a subscriber "
+            "gets one message per MESSAGE frame",
+        )
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= MAX_PACK):
+        raise BadRequest(
+            "invalid pack header",
+            f"the pack header must be a number of messages from 1 to {MAX_PACK}; got {text!r}",
+        )
+    return int(text)
 
 
 def is_position_ack(frame: Frame) -> bool:

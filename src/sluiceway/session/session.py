@@ -513,6 +513,7 @@ class StompSession:
             durable_name=h.durable_name(frame),
             cursor=cursor,
             lease=lease,
+            pack=readers.pack_size(frame, browser or cursor is not None or lease is not None),
         )
         flow = subscription.flow
         return {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from sluiceway.client.pipeline import PipelineConnection
@@ -17,7 +18,6 @@ from sluiceway.errors import ConfigError
 from sluiceway.spark.offsets import RangePartition, split_range
 from sluiceway.spark.options import SourceOptions, StartingPosition
 from sluiceway.spark.reading import read_range_rows
-from sluiceway.spark.rows import SourceRow
 
 
 class BatchReader(DataSourceReader):
@@ -47,6 +47,6 @@ class BatchReader(DataSourceReader):
         end = marker.head_sequence + 1 if options.ending is None else options.ending
         return split_range(destination, start, end, options.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[SourceRow]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         return read_range_rows(self.options, partition)

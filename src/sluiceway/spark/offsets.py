@@ -5,11 +5,15 @@ crash Spark replays a batch from the offsets in its checkpoint alone, on a fresh
 
 - topic: `{"destination": "/topic/orders", "start": 1200, "sequence": 2200}`: the batch ending
   here read `[start, sequence)`; `sequence` is where the next one starts.
-- queue: `{"destination": "/queue/orders", "lease": 1795...4001, "leases": 1, "partitions": 1,
-  "size": 1000, "bytes": 0}`: the batch ending here read leases `lease - leases + 1` to `lease`
-  in each of `partitions` lease groups, each created with at most `size` messages and `bytes`
-  bytes (0: no byte cap). A lease is created by its first read and returns the same messages on
-  every read after, so the numbers and sizes are enough.
+- queue: `{"destination": "/queue/orders", "lease": 4001, "leases": 1, "partitions": 2,
+  "size": 500, "bytes": 0, "total": 1000}`: the batch ending here read leases
+  `lease - leases + 1` to `lease` in each of `partitions` lease groups, each of at most `size`
+  messages, and all of them together at most `total` messages and `bytes` bytes (0: no byte
+  cap). The driver makes the leases, in order, each within what the ones before left of the
+  batch's caps, before the tasks read them; a lease returns the same messages on every read, so
+  the numbers and caps are enough. An offset without `total` (written before the driver made
+  the leases) has each lease made by its first read, with at most `size` messages and `bytes`
+  bytes.
 
 A batch is planned from its end offset alone. When Spark replays batch 0 after a restart it asks
 the new reader for the initial offset again, and a start computed anew (`latest` has moved, the
@@ -64,10 +68,11 @@ class QueueOffset:
     leases: int  # leases per lease group in the batch that ends here (0: none)
     partitions: int  # lease groups of that batch
     size: int  # most messages per lease
-    bytes: int  # most bytes per lease (0: no cap)
+    bytes: int  # most bytes of the batch (per lease when `total` is None; 0: no cap)
+    total: int | None = None  # most messages of the batch; None: leases made by their reads
 
     def to_json(self) -> dict[str, object]:
-        return {
+        value: dict[str, object] = {
             "destination": self.destination,
             "lease": self.lease,
             "leases": self.leases,
@@ -75,6 +80,9 @@ class QueueOffset:
             "size": self.size,
             "bytes": self.bytes,
         }
+        if self.total is not None:
+            value["total"] = self.total
+        return value
 
     @classmethod
     def parse(cls, offset: Mapping[str, object], destination: str) -> QueueOffset:
@@ -86,6 +94,7 @@ class QueueOffset:
             _field(offset, "partitions"),
             _field(offset, "size"),
             _field(offset, "bytes"),
+            _field(offset, "total") if "total" in offset else None,
         )
 
     def lease_numbers(self) -> range:
@@ -118,7 +127,8 @@ class RangePartition(InputPartition):
 
 @dataclass(frozen=True)
 class LeasePartition(InputPartition):
-    """Read leases `first` to `last` of lease group `group`, creating them when new."""
+    """Read leases `first` to `last` of lease group `group`: made by the driver (`made`), or
+    created by this read when new, with at most `size` messages and `bytes` bytes."""
 
     destination: str
     group: str
@@ -126,6 +136,7 @@ class LeasePartition(InputPartition):
     last: int
     size: int
     bytes: int
+    made: bool = False
 
 
 def split_range(destination: str, start: int, end: int, parts: int) -> list[RangePartition]:

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, TypeVar
 
+from sluiceway.client.credentials import one_source, read_environment, read_password_file
 from sluiceway.client.pipeline import PipelineSettings
 from sluiceway.client.producer import RetryPolicy
-from sluiceway.client.settings import parse_addresses
+from sluiceway.client.settings import AddressList, parse_address_list
+from sluiceway.client.tls import TlsSettings, client_context
 from sluiceway.config.properties import int_parser, parse_bool, size_parser
 from sluiceway.errors import ConfigError
 from sluiceway.naming import DestinationKind, DestinationName, parse_destination, validate_name
@@ -122,6 +124,11 @@ class OptionReader:
 
         return self.parsed(name, parse, default)
 
+    def optional_text(self, name: str) -> str | None:
+        """The option's value stripped; None when it is not given or blank."""
+        text = self.text(name)
+        return text.strip() if text is not None and text.strip() else None
+
     def required(self, name: str, why: str) -> str:
         text = self.text(name)
         if text is None or not text.strip():
@@ -172,30 +179,104 @@ def _group(reader: OptionReader, name: str) -> str | None:
 def connection_settings(
     reader: OptionReader, *, retry_deadline: float = DEFAULT_RETRY_DEADLINE
 ) -> PipelineSettings:
-    """`host`, `port` or `addresses`, `username`, `password` (or their aliases `login`,
-    `passcode`), `timeoutSec`, `maxInflight`, `failoverDeadlineSec`, `retryPauseSec`: how to
-    reach the broker, and how long to keep trying when it fails. `retry_deadline` bounds the
-    retries of refused sends (the sink's `retryDeadlineSec`)."""
+    """`host`, `port` or `addresses`, `tls` and its `tlsCaFile`, `tlsHostnameCheck`, the
+    credentials (`username`, `password` or their aliases `login`, `passcode`; `usernameEnv`,
+    `passwordEnv`, `passwordFile`), `timeoutSec`, `maxInflight`, `failoverDeadlineSec`,
+    `retryPauseSec`: how to reach the broker, and how long to keep trying when it fails.
+    `retry_deadline` bounds the retries of refused sends (the sink's `retryDeadlineSec`).
+
+    Checked here, so that a mistake stops the query before it starts: the CA file is loaded,
+    and the password file and the environment variables must be readable in this process (the
+    driver). The executors read them again when they connect: the settings hold the file's path
+    and the variables' names, never a password read from them."""
     defaults = PipelineSettings()
-    host = reader.text("host")
     timeout = reader.seconds("timeoutSec", defaults.timeout)
     pause = reader.seconds("retryPauseSec", DEFAULT_RETRY_PAUSE)
     assert timeout is not None
     assert pause is not None
     retry = RetryPolicy(pause=pause, backoff=2.0, max_pause=_MAX_PAUSE, deadline=retry_deadline)
+    addresses = reader.parsed("addresses", parse_address_list, AddressList((), None))
+    tls = _tls(reader, addresses)
+    username, password = reader.text("username"), reader.text("password")
+    login, passcode = reader.text("login"), reader.text("passcode")
+    username_env, password_env, password_file = _credential_sources(
+        reader,
+        ("username", username) if username is not None else ("login", login),
+        ("password", password) if password is not None else ("passcode", passcode),
+    )
     return PipelineSettings(
-        host=host.strip() if host and host.strip() else DEFAULT_HOST,
+        host=reader.optional_text("host") or DEFAULT_HOST,
         port=reader.parsed("port", int_parser(1, 65535), DEFAULT_PORT),
-        username=reader.text("username"),
-        password=reader.text("password"),
-        login=reader.text("login"),
-        passcode=reader.text("passcode"),
+        username=username,
+        password=password,
+        login=login,
+        passcode=passcode,
         timeout=timeout,
         retry=retry,
         max_inflight=reader.integer("maxInflight", defaults.max_inflight, minimum=1),
-        addresses=reader.parsed("addresses", parse_addresses, ()),
+        addresses=addresses.addresses,
         failover=reader.seconds_or_off("failoverDeadlineSec", DEFAULT_FAILOVER),
+        tls=tls,
+        username_env=username_env,
+        password_env=password_env,
+        password_file=password_file,
     )
+
+
+def _tls(reader: OptionReader, addresses: AddressList) -> TlsSettings | None:
+    """`tls` (default: what the scheme of `addresses` says, else false), `tlsCaFile` and
+    `tlsHostnameCheck`; the CA file is loaded now, to refuse a bad one before the query starts."""
+    given = reader.text("tls")
+    on = reader.boolean("tls", bool(addresses.tls))
+    if given is not None and addresses.tls is not None and on != addresses.tls:
+        scheme = "ssl://" if addresses.tls else "stomp://"
+        raise ConfigError(
+            "tls",
+            f"option tls={given.strip()} contradicts the {scheme} addresses of option "
+            "addresses: leave tls out, or give addresses of the other scheme",
+        )
+    ca_file = reader.optional_text("tlsCaFile")
+    check_hostname = reader.boolean("tlsHostnameCheck", True)
+    if not on:
+        for name in ("tlsCaFile", "tlsHostnameCheck"):
+            if reader.optional_text(name) is not None:
+                raise ConfigError(
+                    name,
+                    f"option {name} applies to TLS connections only: add tls=true (with the "
+                    "port of the broker's imq.stomp.tls.port), or ssl:// addresses",
+                )
+        return None
+    if not addresses.addresses and reader.optional_text("port") is None:
+        raise ConfigError(
+            "port",
+            "option port is required with tls=true: STOMP over TLS has no default port (give "
+            "the broker's imq.stomp.tls.port)",
+        )
+    settings = TlsSettings(ca_file=ca_file, check_hostname=check_hostname)
+    client_context(settings, "tlsCaFile")
+    return settings
+
+
+def _credential_sources(
+    reader: OptionReader, username: tuple[str, str | None], password: tuple[str, str | None]
+) -> tuple[str | None, str | None, str | None]:
+    """`usernameEnv`, `passwordEnv` and `passwordFile`: one source per credential (beside
+    `username` and `password`, each given as its option's name and value), and what they name
+    readable here."""
+    username_env = reader.optional_text("usernameEnv")
+    password_env = reader.optional_text("passwordEnv")
+    password_file = reader.optional_text("passwordFile")
+    one_source({username[0]: username[1], "usernameEnv": username_env})
+    one_source(
+        {password[0]: password[1], "passwordEnv": password_env, "passwordFile": password_file}
+    )
+    if username_env is not None:
+        read_environment(username_env, "usernameEnv")
+    if password_env is not None:
+        read_environment(password_env, "passwordEnv")
+    if password_file is not None:
+        read_password_file(password_file, "passwordFile")
+    return username_env, password_env, password_file
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,11 @@
 
 A queue has no position to replay from: a message read is gone for everyone else. So a batch
 reads leases (pipelines-protocol.md, "Queue leases"): `latestOffset` plans the next batch as
-lease numbers and sizes; the first read() of a lease creates it, taking up to its size from the
-queue, and every later read (a replay after a crash, a retried task) returns the same messages.
-Spark's commit acknowledges the leases, and their messages are consumed.
+lease numbers and caps; `partitions` makes the leases, one after the other, each within what
+the ones before left of the batch's caps (`maxMessagesPerTrigger`, `maxBytesPerTrigger`), so a
+batch never exceeds them however many partitions it has; the tasks read them, and every later
+read (a replay after a crash, a retried task) returns the same messages. Spark's commit
+acknowledges the leases, and their messages are consumed.
 
 Acknowledging waits until Spark has committed the batch: Spark writes `commits/N` before it
 plans batch N+1, so the leases of the batch that ends at `start` are acknowledged in
@@ -12,9 +14,11 @@ plans batch N+1, so the leases of the batch that ends at `start` are acknowledge
 batch late, and never for the last batch of a run). Otherwise the last lease of a stream that
 goes idle would expire and its messages come back as duplicates.
 
-Lease numbers of a query start at the broker's clock in milliseconds times 1000 when it starts
-with a new checkpoint: above every number an earlier query of the same group used (the broker
-creates a lease only above those), without asking the broker for them.
+A query with a new checkpoint numbers its leases after the highest number its lease groups used
+before, as the broker reports it (`lease-high`): the broker makes a lease only above those, and
+no clock is involved. A broker that predates that report (and making leases without reading
+them) gets the older scheme: numbers from its clock in milliseconds times 1000, leases made by
+their first read, each within an equal share of the caps.
 """
 
 from __future__ import annotations
@@ -25,16 +29,18 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Final
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from sluiceway.client.pipeline import EndMarker, LeaseState, PipelineConnection
-from sluiceway.errors import BrokerError, Unavailable
+from sluiceway.client.pipeline_packs import MessagePack
+from sluiceway.errors import BrokerError, NotFound, Unavailable
+from sluiceway.spark.arrow_rows import PACK, pack_batches
 from sluiceway.spark.errors import LeaseExpiredError, UnsupportedBroker
 from sluiceway.spark.offsets import LeasePartition, QueueOffset, lease_group, lease_names
 from sluiceway.spark.options import ExpiredLeasePolicy, SourceOptions
 from sluiceway.spark.reading import DriverSide
-from sluiceway.spark.rows import SourceRow, message_row
 
 log = logging.getLogger("sluiceway.spark")
 
@@ -57,14 +63,16 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: QueueOffset | None = None
         self._target: int | None = None  # Trigger.AvailableNow: the head-sequence at start
         self._acked_through: int | None = None  # the last lease number acknowledged here
+        self._makes_leases: bool | None = None  # the broker makes leases for the driver
 
     # -- positions -------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, object]:
         # Spark asks twice on a fresh query: computed once, so both answers agree.
         if self._initial is None:
-            marker = self._head()
-            base = _broker_clock_ms(marker) * _LEASES_PER_MS
+            base = self._highest_used()
+            if base is None:
+                base = _broker_clock_ms(self._head()) * _LEASES_PER_MS
             self._initial = QueueOffset(self.destination, base, 0, 0, 0, 0)
             log.info(
                 "queue %s, group %s: leases start after number %d",
@@ -73,6 +81,20 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 base,
             )
         return self._initial.to_json()
+
+    def _highest_used(self) -> int | None:
+        """The highest lease number this query's lease groups used (0 when none did); None
+        when the broker does not say (it predates `lease-high`)."""
+        connection, highest = self.driver.connection, 0
+        for partition in range(self.options.min_partitions):
+            name = f"{lease_group(self.group, partition)}/0"
+            end = connection.read_lease(self.destination, name, create=False, messages=False)
+            marker = end.drain()
+            self._makes_leases = marker.lease_high is not None
+            if marker.lease_high is None:
+                return None
+            highest = max(highest, marker.lease_high)
+        return highest
 
     def _head(self) -> EndMarker:
         marker = self.driver.head()
@@ -118,6 +140,13 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         per_partition = math.ceil(total / partitions)
         leases = math.ceil(per_partition / LEASE_CHUNK)
         size = math.ceil(per_partition / leases)
+        if self._makes_leases is None:
+            self._highest_used()  # asks the broker what it supports
+        if self._makes_leases:
+            batch_bytes = 0 if max_bytes is None else max_bytes
+            return QueueOffset(
+                self.destination, begin.lease + leases, leases, partitions, size, batch_bytes, total
+            )
         lease_bytes = 0 if max_bytes is None else max(1, max_bytes // (partitions * leases))
         return QueueOffset(
             self.destination, begin.lease + leases, leases, partitions, size, lease_bytes
@@ -132,6 +161,9 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start == end or last.leases == 0:
             return []
         self._acknowledge(QueueOffset.parse(start, self.destination))
+        made = last.total is not None
+        if made:
+            self._make_leases(last)
         numbers = last.lease_numbers()
         return [
             LeasePartition(
@@ -141,11 +173,41 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 numbers.stop - 1,
                 last.size,
                 last.bytes,
+                made,
             )
             for partition in range(last.partitions)
         ]
 
-    def read(self, partition: InputPartition) -> Iterator[SourceRow]:
+    def _make_leases(self, offset: QueueOffset) -> None:
+        """Make the batch's leases in order, each within what the ones before left of its caps
+        (a replay finds them made, with the same messages, and the same caps left). The first
+        may take one message over the byte cap, so that a message larger than it is read; the
+        others never go over. Leases the caps left nothing for are not made: their reads find
+        them `unread`, and read nothing."""
+        assert offset.total is not None
+        connection = self.driver.connection
+        messages, size_left = offset.total, offset.bytes or None
+        first = True
+        for name in lease_names(self.group, offset):
+            if messages <= 0 or (size_left is not None and size_left <= 0):
+                return
+            read = connection.read_lease(
+                self.destination,
+                name,
+                max_messages=min(offset.size, messages),
+                max_bytes=size_left,
+                ttl_ms=self.options.lease_ttl_ms,
+                strict_bytes=not first,
+                messages=False,
+            )
+            end = read.drain()
+            first = False
+            if end.lease_state is LeaseState.OPEN:
+                messages -= end.lease_count or 0
+                if size_left is not None:
+                    size_left -= end.lease_bytes or 0
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LeasePartition)
         return read_lease_rows(self.options, partition)
 
@@ -162,6 +224,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for name in lease_names(self.group, offset):
             try:
                 state = connection.ack_lease(self.destination, name)
+            except NotFound:
+                continue  # never made: the batch's caps left nothing for it
             except Unavailable:
                 # Its member could not be reached within failoverDeadlineSec: stop, rather than
                 # leave the lease to expire and its messages to be read twice. A restarted
@@ -192,32 +256,42 @@ def _broker_clock_ms(marker: EndMarker) -> int:
     return int(text) if text.isdigit() else time.time_ns() // 1_000_000
 
 
-def read_lease_rows(options: SourceOptions, partition: LeasePartition) -> Iterator[SourceRow]:
-    """Executor side: the messages of the partition's leases, in order, as rows."""
+def read_lease_rows(options: SourceOptions, partition: LeasePartition) -> Iterator[pa.RecordBatch]:
+    """Executor side: the messages of the partition's leases, in order, as record batches."""
+    return pack_batches(_lease_packs(options, partition), options.include_headers)
+
+
+def _lease_packs(options: SourceOptions, partition: LeasePartition) -> Iterator[MessagePack]:
     destination = partition.destination
     with PipelineConnection(options.connection) as connection:
         for number in range(partition.first, partition.last + 1):
             name = f"{partition.group}/{number}"
-            read = connection.read_lease(
-                destination,
-                name,
-                max_messages=partition.size,
-                max_bytes=partition.bytes or None,
-                ttl_ms=options.lease_ttl_ms,
-            )
-            for message in read:
-                if message.headers.get("lease") != name:
+            if partition.made:  # made by the driver: never made here
+                read = connection.read_lease(destination, name, create=False, pack=PACK)
+            else:
+                read = connection.read_lease(
+                    destination,
+                    name,
+                    max_messages=partition.size,
+                    max_bytes=partition.bytes or None,
+                    ttl_ms=options.lease_ttl_ms,
+                    pack=PACK,
+                )
+            for pack in read.packs():
+                if dict(pack.shared).get("lease") != name:
                     raise UnsupportedBroker(
                         f"the broker answered a read of lease {name} with a plain delivery: it "
                         "does not support queue leases (pipelines-protocol.md)"
                     )
-                yield message_row(message, options.include_headers)
+                yield pack
             assert read.end is not None
             _check_lease_end(options, destination, name, read.end)
 
 
 def _check_lease_end(options: SourceOptions, destination: str, name: str, end: EndMarker) -> None:
-    if end.lease_state is LeaseState.ACKNOWLEDGED:
+    if end.lease_state is LeaseState.UNREAD:
+        log.debug("queue %s: lease %s was not made (the batch's caps were used)", destination, name)
+    elif end.lease_state is LeaseState.ACKNOWLEDGED:
         # Spark only replays batches it has not committed, and the leases of a batch are
         # acknowledged after its commit: this is a checkpoint edited by hand.
         log.info("queue %s: lease %s was acknowledged before; nothing to read", destination, name)

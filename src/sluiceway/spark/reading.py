@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
+import pyarrow as pa
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows
 
 from sluiceway.client.pipeline import EndMarker, PipelineConnection
+from sluiceway.spark.arrow_rows import PACK, pack_batches
 from sluiceway.spark.offsets import RangePartition
 from sluiceway.spark.options import SourceOptions
-from sluiceway.spark.rows import SourceRow, message_row
 
 log = logging.getLogger("sluiceway.spark")
 
@@ -78,9 +79,10 @@ class DriverSide:
         self.connection.close()
 
 
-def read_range_rows(options: SourceOptions, partition: RangePartition) -> Iterator[SourceRow]:
-    """Executor side: the messages of `[start, end)`, as rows, as they arrive."""
+def read_range_rows(options: SourceOptions, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+    """Executor side: the messages of `[start, end)`, as record batches, as they arrive."""
     with PipelineConnection(options.connection) as connection:
-        read = connection.read_range(partition.destination, partition.start, partition.end)
-        for message in read:
-            yield message_row(message, options.include_headers)
+        read = connection.read_range(
+            partition.destination, partition.start, partition.end, pack=PACK
+        )
+        yield from pack_batches(read.packs(), options.include_headers)

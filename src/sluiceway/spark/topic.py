@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
@@ -22,7 +23,6 @@ from sluiceway.spark.errors import DataLossError, UnsupportedBroker
 from sluiceway.spark.offsets import RangePartition, TopicOffset, split_range
 from sluiceway.spark.options import SourceOptions, StartingPosition
 from sluiceway.spark.reading import DriverSide, read_range_rows
-from sluiceway.spark.rows import SourceRow
 
 log = logging.getLogger("sluiceway.spark")
 
@@ -169,7 +169,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise DataLossError(text + "; set failOnDataLoss=false to go on without them")
         log.warning("%s; going on without them (failOnDataLoss=false)", text)
 
-    def read(self, partition: InputPartition) -> Iterator[SourceRow]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
         return read_range_rows(self.options, partition)
 

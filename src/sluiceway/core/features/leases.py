@@ -76,6 +76,9 @@ class LeaseRead:
     max_messages: int | None = None  # None: the queue's effective consumer flow limit
     max_bytes: int | None = None  # None: imq.lease.max_bytes
     ttl_ms: int | None = None  # None: imq.lease.ttl
+    create: bool = True  # False (`lease-create:false`): answer what is there, make nothing
+    send: bool = True  # False (`lease-messages:false`): the end marker alone
+    strict_bytes: bool = False  # True (`lease-bytes-strict`): may take none over max_bytes
 
 
 class LeasedMessages(SpillingRun):
@@ -159,6 +162,8 @@ class LeaseView:
     name: str
     state: LeaseState
     lease: Lease | None = None
+    high: int = -1  # the highest number the group used (-1: none)
+    send: bool = True  # whether the read returns the lease's messages
 
 
 class Leases:
@@ -215,8 +220,11 @@ class Leases:
         name = f"{request.group}/{request.number}"
         key = (destination.name, request.group)
         group = self._groups.get(key)
+        send = request.send
         if group is None:
             self._check_elsewhere(destination.name, request.group)
+            if not request.create:
+                return LeaseView(name, LeaseState.UNREAD, send=send)
             self._check_new_group(destination, name)
             group = LeaseGroup(destination.name, request.group)
         elif request.number <= group.high:
@@ -224,11 +232,13 @@ class Leases:
             if lease is not None and lease.adopting:
                 raise _adopting(lease)
             if lease is not None and not self._expired(lease):
-                return LeaseView(name, LeaseState.OPEN, lease)
-            return LeaseView(name, group.known_state(request.number))
+                return LeaseView(name, LeaseState.OPEN, lease, group.high, send)
+            return LeaseView(name, group.known_state(request.number), None, group.high, send)
+        elif not request.create:
+            return LeaseView(name, LeaseState.UNREAD, None, group.high, send)
         lease = self._create(destination, group, request)
         self._add_group(group)
-        return LeaseView(name, LeaseState.OPEN, lease)
+        return LeaseView(name, LeaseState.OPEN, lease, group.high, send)
 
     def _check_elsewhere(self, queue: DestinationName, group: str) -> None:
         """Refuse a group this broker does not have when it lives on another cluster member."""
@@ -296,7 +306,7 @@ class Leases:
         self._next_id += 1
         # The lease's record comes before its messages' marks, which name it.
         self.recorder.lease_opened(lease.record)
-        self._take(lease, max_messages, max_bytes, now)
+        self._take(lease, max_messages, max_bytes, now, strict=request.strict_bytes)
         group.high = request.number
         group.open[request.number] = lease
         self._open += 1
@@ -310,8 +320,11 @@ class Leases:
         )
         return lease
 
-    def _take(self, lease: Lease, max_messages: int, max_bytes: int, now: int) -> None:
-        """Move messages from the head of the queue into the lease: each is delivered once."""
+    def _take(
+        self, lease: Lease, max_messages: int, max_bytes: int, now: int, *, strict: bool
+    ) -> None:
+        """Move messages from the head of the queue into the lease: each is delivered once.
+        Without `strict`, the first message is taken even when it alone exceeds `max_bytes`."""
         queue = lease.queue
         if queue.paused_consumers:
             return  # pause dst -pst CONSUMERS: nothing leaves the queue
@@ -320,9 +333,9 @@ class Leases:
             if message.expires and message.expired(now):
                 queue.expired(message)
                 continue
-            if 0 <= max_bytes < messages.bytes + message.size and len(messages):
-                pending.restore(message)  # the lease is full; one message is always taken
-                return
+            if 0 <= max_bytes < messages.bytes + message.size and (len(messages) or strict):
+                pending.restore(message)  # the lease is full (one message is always taken,
+                return  # unless strict)
             message.delivery_count += 1
             queue.stats.delivered(message)
             if message.persistent:
@@ -639,9 +652,10 @@ class Leases:
 
 class LeaseReader(BrowserSubscription):
     """A lease read: the lease's messages, each labelled `lease:GROUP/N`, then the end marker
-    (`lease`, `lease-state`, `lease-count`, `lease-expires` and the range read's headers)."""
+    (`lease`, `lease-state`, `lease-count`, `lease-bytes`, `lease-expires`, `lease-high` and
+    the range read's headers)."""
 
-    __slots__ = ("_index", "_lease", "_name", "_state")
+    __slots__ = ("_high", "_index", "_lease", "_name", "_send", "_state")
 
     def _setup(self) -> None:
         super()._setup()
@@ -649,11 +663,17 @@ class LeaseReader(BrowserSubscription):
         self._lease: Lease | None = None
         self._name = ""
         self._state = LeaseState.EXPIRED
+        self._high = -1
+        self._send = True
 
-    def show(self, name: str, state: LeaseState, lease: Lease | None) -> None:
-        """What this read answers: lease `name`, in `state`, with `lease` when it is open."""
-        self._name, self._state, self._lease = name, state, lease
-        if lease is None or not len(lease.messages):
+    def show(self, view: LeaseView) -> None:
+        """What this read answers: the lease, its state and its group's highest number; its
+        messages unless the view says not to send them."""
+        lease = view.lease
+        self._name, self._state, self._lease, self._high = view.name, view.state, lease, view.high
+        self._send = view.send
+        self.pack_extra = (("lease", view.name),)
+        if lease is None or not len(lease.messages) or not view.send:
             # Nothing is returned: a following read by sequence would start after the head.
             self._from = self.destination.last_seq + 1
 
@@ -661,14 +681,15 @@ class LeaseReader(BrowserSubscription):
         while not self._done and self.ready():
             lease = self._lease
             batch = []
-            if lease is not None and lease.state is LeaseState.OPEN:
+            if lease is not None and lease.state is LeaseState.OPEN and self._send:
                 batch = lease.messages.read_at(self._index, self._room())
             if not batch:
                 self._finish()
                 return
             for message in batch:
                 self._index += 1
-                self.stage_seen(_labelled(message, self._name))
+                self.stage_seen(message if self.pack else _labelled(message, self._name))
+            self.flush_pack()
 
     def end_headers(self) -> list[tuple[str, str]]:
         lease = self._lease
@@ -680,7 +701,9 @@ class LeaseReader(BrowserSubscription):
             ("lease", self._name),
             ("lease-state", state.value),
             ("lease-count", str(len(lease.messages) if lease is not None and open_now else 0)),
+            ("lease-bytes", str(lease.messages.bytes if lease is not None and open_now else 0)),
             ("lease-expires", str(lease.expires if lease is not None else 0)),
+            ("lease-high", str(self._high)),
         ]
 
 

@@ -11,6 +11,8 @@ from sluiceway.core.model.subscription import AckMode, Delivery, Subscription
 from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.flow import UNLIMITED_STAGING, destination_window
 from sluiceway.core.values.message import Message
+from sluiceway.protocol.frames import DELIVERY_HEADERS
+from sluiceway.protocol.pack import PACK_BYTES, PackWriter
 
 
 class _Browser(Subscription):
@@ -22,9 +24,13 @@ class _Browser(Subscription):
     (the oldest one it retains; head-sequence+1 when it retains none), `message-count` (the
     messages waiting in it) and `consumer-flow-limit` (its effective consumerFlowLimit), then
     whatever `end_extra` adds (a topic cursor's position).
+
+    With `pack` above 0 (a SUBSCRIBE's `pack:N`), the messages go out `pack` at a time in one
+    MESSAGE each (protocol.pack), with `pack-count` and `pack_extra`'s headers; each pack takes
+    one of the window's credits.
     """
 
-    __slots__ = ("_done", "_from", "_last", "_to", "end_extra")
+    __slots__ = ("_done", "_from", "_last", "_packer", "_to", "end_extra", "pack", "pack_extra")
 
     def _setup(self) -> None:
         assert self.ack_mode is AckMode.AUTO
@@ -33,6 +39,9 @@ class _Browser(Subscription):
         self._to: int | None = None  # first sequence number not wanted
         self._last = 0  # last sequence number returned
         self.end_extra: Callable[[], list[tuple[str, str]]] | None = None
+        self.pack = 0  # messages per MESSAGE frame; 0: one each, as usual
+        self.pack_extra: tuple[tuple[str, str], ...] = ()
+        self._packer: PackWriter | None = None
 
     def set_range(self, start: int, end: int | None) -> None:
         self._from, self._to = start, end
@@ -51,7 +60,8 @@ class _Browser(Subscription):
         return self.has_room()
 
     def _room(self) -> int:
-        return self.window.credit if self.window.limit > 0 else UNLIMITED_STAGING
+        room = self.window.credit if self.window.limit > 0 else UNLIMITED_STAGING
+        return room * self.pack if self.pack else room
 
     def retained(self) -> tuple[int | None, int]:
         """The oldest sequence number the destination retains (None: none), and how many
@@ -75,6 +85,7 @@ class _Browser(Subscription):
         return headers
 
     def _finish(self) -> None:
+        self.flush_pack()
         self._done = True
         self.stage(
             Message(
@@ -91,7 +102,45 @@ class _Browser(Subscription):
 
     def stage_seen(self, message: Message) -> None:
         self._last = max(self._last, message.seq)
-        self.stage(message)
+        if not self.pack:
+            self.stage(message)
+            return
+        packer = self._packer
+        if packer is None:
+            packer = self._packer = PackWriter()
+        own = [(k, v) for k, v in message.headers if k not in DELIVERY_HEADERS and k != "lease"]
+        packer.add(
+            message.id,
+            message.body,
+            sequence=message.seq,
+            timestamp=message.timestamp,
+            expires=message.expires,
+            priority=message.priority,
+            persistent=message.persistent,
+            delivery_count=message.delivery_count,
+            headers=own,
+        )
+        if len(packer) >= self.pack or packer.body_bytes >= PACK_BYTES:
+            self.flush_pack()
+
+    def flush_pack(self) -> None:
+        """Stage the messages packed so far as one MESSAGE (the fills call it after each run
+        of messages, so a pack never waits for more)."""
+        packer, self._packer = self._packer, None
+        if packer is None or not len(packer):
+            return
+        self.stage(
+            Message(
+                id=f"{self.destination.name.name}-pack-{self.number}-{self._last}",
+                destination=self.destination.name,
+                body=packer.finish(),
+                headers=(("pack-count", str(len(packer))), *self.pack_extra),
+                priority=0,
+                expires=0,
+                persistent=False,
+                timestamp=self.connection.clock.time_ms(),
+            )
+        )
 
     def write(self, message: Message) -> Delivery:
         # Browsing consumes nothing: the window is released as the message is written.
@@ -146,6 +195,7 @@ class BrowserSubscription(_Browser):
                 self._cursor = (message.priority, message.seq)
                 if not message.expired(now) and self.in_range(message) and self.accepts(message):
                     self.stage_seen(message)
+            self.flush_pack()
 
 
 class TopicBrowserSubscription(_Browser):
@@ -181,3 +231,4 @@ class TopicBrowserSubscription(_Browser):
                 self._next = message.seq + 1
                 if not message.expired(now) and self.accepts(message):
                     self.stage_seen(message)
+            self.flush_pack()

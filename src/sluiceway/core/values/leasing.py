@@ -21,6 +21,7 @@ class LeaseState(enum.Enum):
     OPEN = "open"
     ACKNOWLEDGED = "acknowledged"
     EXPIRED = "expired"  # expired or released before being acknowledged
+    UNREAD = "unread"  # never read: answered only to a read that may not create it
 
 
 @dataclass(frozen=True, slots=True)
