@@ -12,7 +12,10 @@ from sluiceway.core.model.topic import Topic
 from sluiceway.core.values.flow import UNLIMITED_STAGING, destination_window
 from sluiceway.core.values.message import Message
 from sluiceway.protocol.frames import DELIVERY_HEADERS
-from sluiceway.protocol.pack import PACK_BYTES, PackWriter
+from sluiceway.protocol.pack import PACK_BYTES, pack_messages
+
+# Headers a packed message does not carry as its own: they are columns, or the frame's.
+_NOT_OWN = DELIVERY_HEADERS | {"lease"}
 
 
 class _Browser(Subscription):
@@ -30,7 +33,17 @@ class _Browser(Subscription):
     one of the window's credits.
     """
 
-    __slots__ = ("_done", "_from", "_last", "_packer", "_to", "end_extra", "pack", "pack_extra")
+    __slots__ = (
+        "_done",
+        "_from",
+        "_last",
+        "_packed",
+        "_packed_bytes",
+        "_to",
+        "end_extra",
+        "pack",
+        "pack_extra",
+    )
 
     def _setup(self) -> None:
         assert self.ack_mode is AckMode.AUTO
@@ -41,7 +54,8 @@ class _Browser(Subscription):
         self.end_extra: Callable[[], list[tuple[str, str]]] | None = None
         self.pack = 0  # messages per MESSAGE frame; 0: one each, as usual
         self.pack_extra: tuple[tuple[str, str], ...] = ()
-        self._packer: PackWriter | None = None
+        self._packed: list[Message] = []  # the next pack's messages
+        self._packed_bytes = 0
 
     def set_range(self, start: int, end: int | None) -> None:
         self._from, self._to = start, end
@@ -105,36 +119,25 @@ class _Browser(Subscription):
         if not self.pack:
             self.stage(message)
             return
-        packer = self._packer
-        if packer is None:
-            packer = self._packer = PackWriter()
-        own = [(k, v) for k, v in message.headers if k not in DELIVERY_HEADERS and k != "lease"]
-        packer.add(
-            message.id,
-            message.body,
-            sequence=message.seq,
-            timestamp=message.timestamp,
-            expires=message.expires,
-            priority=message.priority,
-            persistent=message.persistent,
-            delivery_count=message.delivery_count,
-            headers=own,
-        )
-        if len(packer) >= self.pack or packer.body_bytes >= PACK_BYTES:
+        packed = self._packed
+        packed.append(message)
+        self._packed_bytes += len(message.body)
+        if len(packed) >= self.pack or self._packed_bytes >= PACK_BYTES:
             self.flush_pack()
 
     def flush_pack(self) -> None:
         """Stage the messages packed so far as one MESSAGE (the fills call it after each run
         of messages, so a pack never waits for more)."""
-        packer, self._packer = self._packer, None
-        if packer is None or not len(packer):
+        packed = self._packed
+        if not packed:
             return
+        self._packed, self._packed_bytes = [], 0
         self.stage(
             Message(
                 id=f"{self.destination.name.name}-pack-{self.number}-{self._last}",
                 destination=self.destination.name,
-                body=packer.finish(),
-                headers=(("pack-count", str(len(packer))), *self.pack_extra),
+                body=pack_messages(packed, _NOT_OWN),
+                headers=(("pack-count", str(len(packed))), *self.pack_extra),
                 priority=0,
                 expires=0,
                 persistent=False,
