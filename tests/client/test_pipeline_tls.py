@@ -4,6 +4,7 @@ one, and failover across a restart of the broker on its TLS port."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from sluiceway.client.tls import TlsError, TlsSettings
 from sluiceway.errors import ConfigError, ConnectionClosedError
 from sluiceway.testing import BrokerProcess, BrokerThread
 from tests.cli.support import free_port
+from tests.e2e.support import wait_until
 from tests.server import conftest as server
 
 WAIT: Final = 5.0  # seconds: the client's timeout for any one answer
@@ -96,13 +98,18 @@ def test_the_host_name_is_checked_unless_turned_off(
 
 
 def test_tls_to_the_plain_port_is_refused_naming_the_tls_port(
-    broker: BrokerThread, tls_files: server.TlsFiles
+    broker: BrokerThread, tls_files: server.TlsFiles, caplog: pytest.LogCaptureFixture
 ) -> None:
     trusted = TlsSettings(ca_file=str(tls_files.ca_file))
     connection = PipelineConnection(settings(broker.port, trusted, failover=FAILOVER))
     with pytest.raises(TlsError, match=r"imq\.stomp\.tls\.port") as refused:
         connection.head(QUEUE)
     assert "does not answer as a TLS service" in str(refused.value)
+    # The broker ends that connection quietly: the peer is gone before it can say why.
+    services = broker.services
+    assert services is not None
+    wait_until(lambda: broker.call(lambda: services.connection_count) == 0, WAIT)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 def test_a_ca_file_that_cannot_be_read_is_a_config_error_naming_it(tmp_path: Path) -> None:

@@ -474,7 +474,10 @@ class StompProtocol(asyncio.Protocol):
             self._timers.pop(purpose).cancel()  # heart-beats, the CONNECT timeout: over
         self._later("linger", CLOSE_LINGER_S, transport.abort)
         if transport.can_write_eof():
-            transport.write_eof()  # after what is buffered, the ERROR included
+            try:
+                transport.write_eof()  # after what is buffered, the ERROR included
+            except OSError as exc:  # the peer is gone already (ENOTCONN): nothing to end
+                log.debug("ending a connection whose peer is gone: %s", exc)
         self._reading_paused = self._input_paused = False
         transport.resume_reading()
         self._last_read = self._loop.time()
