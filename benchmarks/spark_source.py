@@ -144,7 +144,11 @@ def fill(port: int, destination: str, count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=300_000)
-    parser.add_argument("--runs", default="topic,queue,synthetic")
+    parser.add_argument(
+        "--runs",
+        default="topic,queue,synthetic",
+        help="comma-separated; topic:N or queue:N reads with minPartitions=N",
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
@@ -161,11 +165,12 @@ def main() -> None:
     run_query(spark, "synthetic", {"messages": "1000"})
     results: dict[str, dict[str, float]] = {}
     for run in args.runs.split(","):
-        if run == "synthetic":
+        kind, _, partitions = run.partition(":")  # queue:2: minPartitions=2
+        if kind == "synthetic":
             options = {"messages": str(args.messages)}
             seconds = run_query(spark, "synthetic", options)
         else:
-            destination = f"/{run}/bench"
+            destination = f"/{kind}/bench"
             with BrokerProcess(
                 "-D", "imq.autocreate.destination.maxNumMsgs=-1",
                 "-D", "imq.throttling.server.threshold=0",
@@ -177,8 +182,9 @@ def main() -> None:
                     "group": "bench",
                     "startingOffsets": "earliest",
                     "maxMessagesPerTrigger": str(PER_TRIGGER),
+                    "minPartitions": partitions or "1",
                 }
-                if run == "topic":
+                if kind == "topic":
                     # The cursor must exist before the messages, or the topic keeps none.
                     with PipelineConnection(PipelineSettings(port=broker.port)) as connection:
                         connection.open_cursor(destination, "bench", "earliest")
