@@ -8,6 +8,7 @@ import pickle
 from pathlib import Path
 from typing import TypeVar, cast
 
+import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 from pyspark.sql.types import Row, StructType
@@ -28,7 +29,7 @@ from sluiceway.spark.options import sink_options, source_options
 from sluiceway.spark.queue import QueueStreamReader
 from sluiceway.spark.reading import Caps
 from sluiceway.spark.rows import SOURCE_SCHEMA, SinkColumns, message_row
-from sluiceway.spark.sink import checkpoint_query_id
+from sluiceway.spark.sink import SinkRows, checkpoint_query_id
 from sluiceway.spark.topic import TopicStreamReader
 from sluiceway.testing import BrokerThread
 from tests.conftest import BrokerFactory
@@ -187,6 +188,59 @@ def test_sink_columns_are_checked_and_rows_become_messages() -> None:
     )
     with pytest.raises(SchemaMismatch, match="binary or string"):
         SinkColumns.bind(bad)
+
+
+def test_the_sink_takes_sparks_record_batches_as_it_takes_rows() -> None:
+    schema = StructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": "body", "type": "binary", "nullable": True, "metadata": {}},
+                {
+                    "name": "headers",
+                    "type": {
+                        "type": "map",
+                        "keyType": "string",
+                        "valueType": "string",
+                        "valueContainsNull": True,
+                    },
+                    "nullable": True,
+                    "metadata": {},
+                },
+                {"name": "priority", "type": "integer", "nullable": True, "metadata": {}},
+                {"name": "persistent", "type": "boolean", "nullable": True, "metadata": {}},
+            ],
+        }
+    )
+    options = sink_options({"destination": "/queue/out", "persistent": "false"})
+    rows = SinkRows(options, schema)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "body": [b"a", None, b"c"],
+            "headers": [[("k", "v")], None, []],
+            "priority": [1, None, 9],
+            "persistent": [None, True, False],
+        },
+        schema=pa.schema(
+            [
+                ("body", pa.binary()),
+                ("headers", pa.map_(pa.string(), pa.string())),
+                ("priority", pa.int32()),
+                ("persistent", pa.bool_()),
+            ]
+        ),
+    )
+    from_arrow = list(rows.messages(iter([batch])))
+    columns = SinkColumns.bind(schema)
+    from_rows = [
+        columns.message(Row(**values), "/queue/out", False, 4) for values in batch.to_pylist()
+    ]
+    assert from_arrow == from_rows
+    assert [(m.body, m.headers, m.priority, m.persistent) for m in from_arrow] == [
+        (b"a", {"k": "v"}, 1, False),
+        (b"", {}, 4, True),
+        (b"c", {}, 9, False),
+    ]
 
 
 def test_the_sink_name_comes_from_the_checkpoints_query_id(tmp_path: Path) -> None:

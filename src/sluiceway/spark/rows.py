@@ -15,9 +15,9 @@ read from one destination can be written to another as it is. Any other column i
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from pyspark.sql.types import (
     BinaryType,
@@ -113,12 +113,19 @@ def message_row(message: PipelineMessage, include_headers: bool) -> SourceRow:
     )
 
 
+class Defaults(NamedTuple):
+    """What a row without the column gets: the sink's options."""
+
+    destination: str | None
+    persistent: bool
+    priority: int
+
+
 @dataclass(frozen=True, slots=True)
 class SinkColumns:
     """Where the sink finds each of its columns in the input rows (None: absent)."""
 
     body: int
-    body_is_text: bool
     headers: int | None
     destination: int | None
     priority: int | None
@@ -155,7 +162,6 @@ class SinkColumns:
         body = positions["body"]
         return cls(
             body=body,
-            body_is_text=isinstance(schema.fields[body].dataType, StringType),
             headers=positions.get("headers"),
             destination=positions.get("destination"),
             priority=positions.get("priority"),
@@ -165,37 +171,48 @@ class SinkColumns:
     def message(
         self, row: Row, default_destination: str | None, persistent: bool, priority: int
     ) -> OutgoingMessage:
-        """The message a row stands for. The `destination` option, when set, wins over the
-        column (as Kafka's `topic` option does), so a stream read from one destination and
-        written to another with its columns as they are never loops back to its source."""
-        body = row[self.body]
+        """The message a row stands for."""
+        values = tuple(None if i is None else row[i] for i in self.positions)
+        return self.message_of(values, Defaults(default_destination, persistent, priority))
+
+    @property
+    def positions(self) -> tuple[int | None, ...]:
+        """Where body, headers, destination, priority and persistent are (None: absent)."""
+        return (self.body, self.headers, self.destination, self.priority, self.persistent)
+
+    def message_of(self, values: tuple[object, ...], defaults: Defaults) -> OutgoingMessage:
+        """The message of one row's values, in the order of `positions` (None: the column is
+        absent or null). The `destination` option, when set, wins over the column (as Kafka's
+        `topic` option does), so a stream read from one destination and written to another
+        with its columns as they are never loops back to its source."""
+        body, own_headers, row_destination, row_priority, row_persistent = values
         headers: dict[str, str] = {}
-        if self.headers is not None and row[self.headers] is not None:
-            headers.update(row[self.headers])
-        if body is None:
-            body = b""
-        elif self.body_is_text:
-            body = str(body).encode()
+        if isinstance(own_headers, Mapping | list):
+            headers.update(own_headers)  # a Row's dict, or Arrow's (key, value) pairs
+        destination, persistent, priority = defaults
+        if isinstance(body, str):
+            data = body.encode()
             headers.setdefault("content-type", "text/plain;charset=utf-8")
+        elif isinstance(body, bytes | bytearray | memoryview):
+            data = bytes(body)
         else:
-            body = bytes(body)
-        destination = default_destination
-        if destination is None and self.destination is not None:
-            destination = row[self.destination]
+            data = b""
+        if destination is None and row_destination is not None:
+            destination = str(row_destination)
         if not destination:
             raise SchemaMismatch(
                 "a row has no destination: set the destination option, or give every row a "
                 "destination column value"
             )
-        if self.priority is not None and row[self.priority] is not None:
-            priority = int(row[self.priority])
+        if isinstance(row_priority, int):
+            priority = row_priority
             if not 0 <= priority <= 9:
                 raise SchemaMismatch(f"a row has priority {priority}; priorities are 0 to 9")
-        if self.persistent is not None and row[self.persistent] is not None:
-            persistent = bool(row[self.persistent])
+        if row_persistent is not None:
+            persistent = bool(row_persistent)
         return OutgoingMessage(
             destination=str(destination),
-            body=body,
+            body=data,
             headers=headers,
             persistent=persistent,
             priority=priority,
