@@ -1,0 +1,147 @@
+"""Rows per second through the Spark sink, beside a Python sink that only counts.
+
+The same streaming query, one after the other, in one local Spark session (local[2]): rows made
+in memory by the `synthetic` Python source of spark_source.py (1 KiB bodies, at most 100,000
+rows per trigger, Trigger.AvailableNow), their `body` column written:
+
+- `exactly-once`: into the `sluiceway` sink (staged by the tasks, published by the commit);
+- `at-least-once`: into the `sluiceway` sink with deliveryGuarantee=atLeastOnce;
+- `counting`: into a Python streaming sink whose tasks only count the rows they get (Arrow
+  record batches, as the sluiceway sink gets them): what Spark's Python sink path costs here.
+
+A first, untimed query warms the session up. Each sluiceway run has a broker process of its
+own (non-persistent messages, no limits); the time is from start() to the end of the query.
+Prints a line per run and writes benchmarks/results/spark_sink.json.
+
+    .venv/bin/python benchmarks/spark_sink.py [--rows 300000] [--runs exactly-once,counting]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+from spark_source import PER_TRIGGER, SyntheticSource  # run from benchmarks/, as a script
+
+import sluiceway.spark
+from sluiceway.testing import BrokerProcess
+
+RESULTS = Path(__file__).parent / "results" / "spark_sink.json"
+
+
+class Counted(WriterCommitMessage):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class CountingWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return Counted(sum(batch.num_rows for batch in iterator))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+
+class CountingSink(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "counting"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> CountingWriter:
+        return CountingWriter()
+
+
+def run_query(spark: SparkSession, rows: int, sink: str, options: dict[str, str]) -> float:
+    """Seconds from start() to the end of an available-now query of `rows` into `sink`."""
+    with tempfile.TemporaryDirectory(prefix="spark-sink-bench-") as checkpoint:
+        frame = spark.readStream.format("synthetic").option("messages", str(rows)).load()
+        writer = frame.select("body").writeStream.format(sink)
+        for name, value in {**options, "checkpointLocation": checkpoint}.items():
+            writer = writer.option(name, value)
+        started = time.monotonic()
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+        seconds = time.monotonic() - started
+        if query.exception() is not None:
+            raise RuntimeError(f"the {sink} query failed: {query.exception()}")
+        return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=300_000)
+    parser.add_argument("--runs", default="exactly-once,at-least-once,counting")
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # The Python workers import the synthetic source from its module, as this script does.
+    here = str(Path(__file__).parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    sluiceway.spark.register(spark)
+    spark.dataSource.register(SyntheticSource)
+    spark.dataSource.register(CountingSink)
+    run_query(spark, 1000, "counting", {})  # warm-up: not timed
+    results: dict[str, dict[str, Any]] = {}
+    for run in args.runs.split(","):
+        if run == "counting":
+            seconds = run_query(spark, args.rows, "counting", {})
+        else:
+            guarantee = "exactlyOnce" if run == "exactly-once" else "atLeastOnce"
+            with BrokerProcess(
+                "-D", "imq.autocreate.destination.maxNumMsgs=-1",
+                "-D", "imq.throttling.server.threshold=0",
+                "-D", "imq.admin.http.port=-1",
+            ) as broker:  # fmt: skip
+                options = {
+                    "port": str(broker.port),
+                    "destination": "/queue/sink-bench",
+                    "deliveryGuarantee": guarantee,
+                    "persistent": "false",
+                }
+                seconds = run_query(spark, args.rows, "sluiceway", options)
+                broker.stop()
+        results[run] = {"seconds": round(seconds, 2), "rows_per_s": round(args.rows / seconds)}
+        print(f"{run}: {args.rows} rows in {seconds:.1f} s: {args.rows / seconds:,.0f} rows/s")
+    spark.stop()
+    RESULTS.parent.mkdir(exist_ok=True)
+    record = {
+        "rows": args.rows,
+        "per_trigger": PER_TRIGGER,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "date": datetime.date.today().isoformat(),
+        "results": results,
+    }
+    RESULTS.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"written to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
