@@ -23,7 +23,6 @@ import datetime
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -38,10 +37,11 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
-from spark_source import PER_TRIGGER, SyntheticSource  # run from benchmarks/, as a script
-
-import sluiceway.spark
-from sluiceway.testing import BrokerProcess
+from spark_source import (  # run from benchmarks/, as a script
+    PER_TRIGGER,
+    bench_broker,
+    bench_session,
+)
 
 RESULTS = Path(__file__).parent / "results" / "spark_sink.json"
 
@@ -92,20 +92,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--runs", default="exactly-once,at-least-once,counting")
     args = parser.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # The Python workers import the synthetic source from its module, as this script does.
     here = str(Path(__file__).parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    sluiceway.spark.register(spark)
-    spark.dataSource.register(SyntheticSource)
+    spark = bench_session()
     spark.dataSource.register(CountingSink)
     run_query(spark, 1000, "counting", {})  # warm-up: not timed
     results: dict[str, dict[str, Any]] = {}
@@ -114,11 +104,7 @@ def main() -> None:
             seconds = run_query(spark, args.rows, "counting", {})
         else:
             guarantee = "exactlyOnce" if run == "exactly-once" else "atLeastOnce"
-            with BrokerProcess(
-                "-D", "imq.autocreate.destination.maxNumMsgs=-1",
-                "-D", "imq.throttling.server.threshold=0",
-                "-D", "imq.admin.http.port=-1",
-            ) as broker:  # fmt: skip
+            with bench_broker() as broker:
                 options = {
                     "port": str(broker.port),
                     "destination": "/queue/sink-bench",

@@ -141,15 +141,8 @@ def fill(port: int, destination: str, count: int) -> None:
         raise RuntimeError(f"only {produced.accepted} of {count} accepted: {produced.refused}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=300_000)
-    parser.add_argument(
-        "--runs",
-        default="topic,queue,synthetic",
-        help="comma-separated; topic:N or queue:N reads with minPartitions=N",
-    )
-    args = parser.parse_args()
+def bench_session() -> SparkSession:
+    """The local session the Spark benchmarks run in, with both sources registered."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
         SparkSession.builder.master("local[2]")
@@ -161,6 +154,28 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     sluiceway.spark.register(spark)
     spark.dataSource.register(SyntheticSource)
+    return spark
+
+
+def bench_broker() -> BrokerProcess:
+    """A broker process without limits on what it holds, nor throttling, nor admin port."""
+    return BrokerProcess(
+        "-D", "imq.autocreate.destination.maxNumMsgs=-1",
+        "-D", "imq.throttling.server.threshold=0",
+        "-D", "imq.admin.http.port=-1",
+    )  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument(
+        "--runs",
+        default="topic,queue,synthetic",
+        help="comma-separated; topic:N or queue:N reads with minPartitions=N",
+    )
+    args = parser.parse_args()
+    spark = bench_session()
     # The first query of a session pays for loading and compiling Spark's code: not timed.
     run_query(spark, "synthetic", {"messages": "1000"})
     results: dict[str, dict[str, float]] = {}
@@ -171,11 +186,7 @@ def main() -> None:
             seconds = run_query(spark, "synthetic", options)
         else:
             destination = f"/{kind}/bench"
-            with BrokerProcess(
-                "-D", "imq.autocreate.destination.maxNumMsgs=-1",
-                "-D", "imq.throttling.server.threshold=0",
-                "-D", "imq.admin.http.port=-1",
-            ) as broker:  # fmt: skip
+            with bench_broker() as broker:
                 options = {
                     "port": str(broker.port),
                     "destination": destination,
