@@ -46,7 +46,7 @@ from sluiceway.cluster.durables import (
 )
 from sluiceway.cluster.forwarding import Seen
 from sluiceway.cluster.peer_link import Budget, LinkSettings, PeerLink
-from sluiceway.cluster.peers import DatabasePeers, Peer, Peers
+from sluiceway.cluster.peers import DatabasePeers, Peer, Peers, Reading
 from sluiceway.cluster.positions import DatabasePositions, Position, PositionExchange
 from sluiceway.config.cluster import ClusterConfig
 from sluiceway.core.broker import read_by_client
@@ -99,7 +99,7 @@ class Links:
         self.directory = DurableDirectory(settings.broker_id)
         self.durable_links: dict[DestinationName, DurableLink] = {}  # by the queue read here
         self._durable_seen: dict[DestinationName, Seen] = {}
-        self._durables_failing = False
+        self._durables_reading = Reading("exchange the cluster's durable subscriptions")
         self._removal_failing: set[tuple[str, str]] = set()
         self._split: set[tuple[str, str]] = set()  # here and recorded elsewhere: warned of
         # Where the pipelines' lease groups and sinks live (cluster.positions).
@@ -172,14 +172,9 @@ class Links:
         if self.durables is None:
             return
         own = own_durables(self.local)
-        try:
-            homes = await asyncio.to_thread(self.durables.exchange, own)
-        except SluicewayError as exc:  # keep what was read last until it can be read again
-            if not self._durables_failing:
-                log.warning("cannot exchange the cluster's durable subscriptions: %s", exc)
-            self._durables_failing = True
-            return
-        self._durables_failing = False
+        homes = await self._durables_reading.run(partial(self.durables.exchange, own))
+        if homes is None:
+            return  # what was read last is kept until it can be read again
         keys = [(client_id, name) for client_id, name, _ in own]
         for key in keys:
             home = homes.get(key)

@@ -10,12 +10,14 @@ the default executor, never on the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
+from sluiceway.errors import SluicewayError
 from sluiceway.persist.database import Database, DatabaseError
 
 if TYPE_CHECKING:
@@ -174,3 +176,24 @@ class DatabasePeers:
 
     def close(self) -> None:
         self._kept.close()
+
+
+class Reading:
+    """A reading of the shared database the links make every monitor interval, off the event
+    loop: a failure is logged once per outage, and what was read last is kept meanwhile."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what  # e.g. "exchange the cluster's durable subscriptions"
+        self.failing = False
+
+    async def run(self, read: Callable[[], T]) -> T | None:
+        """`read()` on a thread; None when it failed (told once until it works again)."""
+        try:
+            result = await asyncio.to_thread(read)
+        except SluicewayError as exc:
+            if not self.failing:
+                log.warning("cannot %s: %s", self.what, exc)
+            self.failing = True
+            return None
+        self.failing = False
+        return result

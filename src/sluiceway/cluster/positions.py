@@ -21,15 +21,15 @@ interval of the first) is logged as a warning naming both.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Final, Protocol
 
-from sluiceway.cluster.peers import OPERATING, KeptConnection, Peer
+from sluiceway.cluster.peers import OPERATING, KeptConnection, Peer, Reading
 from sluiceway.core.features.leases import Leases
 from sluiceway.core.features.stages import StageArea
-from sluiceway.errors import BrokerError, SluicewayError, Unavailable
+from sluiceway.errors import BrokerError, Unavailable
 from sluiceway.naming import DestinationName
 from sluiceway.persist.database import Database
 
@@ -225,19 +225,13 @@ class PositionExchange:
         self.records = records
         self.own = own
         self.directory = PositionDirectory(broker_id)
-        self._failing = False
+        self._reading = Reading("exchange the cluster's pipeline positions")
 
     async def exchange(self) -> None:
         own = self.own()
-        try:
-            homes = await asyncio.to_thread(self.records.exchange, own)
-        except SluicewayError as exc:  # keep what was read last until it can be read again
-            if not self._failing:
-                log.warning("cannot exchange the cluster's pipeline positions: %s", exc)
-            self._failing = True
-            return
-        self._failing = False
-        self.directory.update(homes, own)
+        homes = await self._reading.run(partial(self.records.exchange, own))
+        if homes is not None:  # else what was read last is kept until it can be read again
+            self.directory.update(homes, own)
 
     def close(self) -> None:
         close = getattr(self.records, "close", None)
