@@ -28,6 +28,7 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
 from sluiceway.admin import model
+from sluiceway.client.pipeline import OutgoingMessage, PipelineConnection, PipelineSettings
 from sluiceway.core.broker import Broker
 from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.holding import HeldProducer
@@ -56,6 +57,7 @@ pytestmark = [
 ORDERS = "/queue/orders"
 FLOW = "/queue/fc"
 RATES = "/queue/rates"
+DRAINED = "/queue/drained"
 
 
 @pytest.fixture
@@ -163,7 +165,7 @@ def destination(broker: BrokerThread, path: str) -> Destination:
 
 
 def summary(broker: BrokerThread, path: str) -> model.DestinationSummary:
-    return broker.call(lambda: model.destination_summary(destination(broker, path)))
+    return broker.call(lambda: model.destination_summary(core(broker), destination(broker, path)))
 
 
 def held(broker: BrokerThread) -> list[HeldProducer]:
@@ -279,6 +281,27 @@ def test_console_shows_the_brokers_state(
     }
     for element_id, value in overview.items():
         wait_attribute(browser, element_id, "data-value", value)
+
+    # A queue drained by a lease group has no consumer, but one pipeline reader, listed with
+    # its lag in the queue's detail.
+    with PipelineConnection(PipelineSettings(port=broker.port, timeout=WAIT)) as pipeline:
+        pipeline.send_many(OutgoingMessage(DRAINED, b"%d" % i) for i in range(4))
+        assert len(list(pipeline.read_lease(DRAINED, "spark/1", max_messages=1))) == 1
+    wait_shown(browser, DRAINED, "pipeline_readers", "1")
+    assert shown(browser, DRAINED, "consumers") == "0"
+    assert "drained by 1 pipeline reader" in attribute(cell(browser, DRAINED, "consumers"), "title")
+    cell(browser, DRAINED, "path").find_element(By.CSS_SELECTOR, "button").click()
+    reader = '#detail-readers tr[data-group="spark"][data-kind="lease-group"]'
+
+    def reader_field(field: str) -> str:
+        found = browser.find_element(By.CSS_SELECTOR, f'{reader} [data-field="{field}"]')
+        return found.get_attribute("data-value") or ""
+
+    wait_for(browser, "the lease group's lag", lambda: reader_field("lag_messages"), "4")
+    assert (reader_field("open_leases"), reader_field("leased_messages")) == ("1", "1")
+    assert reader_field("position") == ""  # a lease group has none: shown as "-"
+    assert float(reader_field("lag_seconds")) >= 0
+    assert browser.find_element(By.ID, "detail-readers-empty").is_displayed() is False
 
 
 def test_pause_resume_and_purge_act_on_the_broker(

@@ -1,6 +1,6 @@
 """A scripted broker run whose metrics history the analysis must explain.
 
-With the history sampled every second, three things happen one after the other:
+With the history sampled every second, five things happen one after the other:
 
 1. Hoarding: on /queue/hoard a slow consumer (window of 200) subscribes before two fast ones
    (windows of 10). 300 messages arrive at once; the slow consumer, first in line, takes 200 and
@@ -15,6 +15,10 @@ With the history sampled every second, three things happen one after the other:
 4. Refusing: /queue/refuse takes 1 message (FLOW_CONTROL); a producer sends 2 and nobody
    consumes, so the broker refuses the second once it has waited imq.producer.hold.timeout
    (HOLD_TIMEOUT_S): held, then refused.
+5. Pipeline readers: the pipeline client opens cursor group `spark` on /topic/clicks and reads
+   lease group `etl` of /queue/etl; READER_SENT messages go to each, and each reader takes
+   READER_TAKEN of them (the cursor commits past them, the group acknowledges a lease of them)
+   and stays behind by the rest, with no STOMP consumer on either.
 
 `run` returns what was measured on the client side, for the tests to compare with the report.
 """
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from sluiceway.client.pipeline import OutgoingMessage, PipelineConnection, PipelineSettings
 from sluiceway.testing import BrokerThread
 from tests.e2e.rawclient import RawClient
 from tests.e2e.stomppy import connect, sync
@@ -46,6 +51,10 @@ HOLD_S: Final = 3.0
 HOLD_TIMEOUT_S: Final = 6.0
 FULL_LIMIT: Final = 5
 FULL_SENT: Final = 8
+CLICKS: Final = "/topic/clicks"
+ETL: Final = "/queue/etl"
+READER_SENT: Final = 12
+READER_TAKEN: Final = 5
 
 
 @dataclass(frozen=True)
@@ -169,6 +178,21 @@ def refusing(port: int) -> float:
     return refused - held
 
 
+def pipeline_readers(port: int) -> None:
+    """Phase 5: a cursor group and a lease group, each READER_TAKEN messages in."""
+    with PipelineConnection(PipelineSettings(port=port, timeout=10)) as pipeline:
+        start = pipeline.open_cursor(CLICKS, "spark", "latest").cursor_sequence
+        assert start is not None
+        for destination in (CLICKS, ETL):
+            pipeline.send_many(
+                OutgoingMessage(destination, b"event %d" % i) for i in range(READER_SENT)
+            )
+        pipeline.commit_cursor(CLICKS, "spark", start + READER_TAKEN)
+        taken = list(pipeline.read_lease(ETL, "etl/1", max_messages=READER_TAKEN))
+        assert len(taken) == READER_TAKEN
+        pipeline.ack_lease(ETL, "etl/1")
+
+
 def wait_for_samples_after(directory: Path, wall_ms: int, timeout: float = 10.0) -> None:
     """Until the history has a sample written after `wall_ms` (ms since the epoch)."""
     deadline = time.monotonic() + timeout
@@ -187,6 +211,7 @@ def run(data_dir: Path) -> Measured:
         paused = pauses(broker.port)
         held = holding(broker.port)
         refused = refusing(broker.port)
+        pipeline_readers(broker.port)
         # Two more samples, so the last pause and hold are seen to have ended.
         wait_for_samples_after(data_dir / "metrics", round(time.time() * 1000) + 1500)
     return Measured(

@@ -184,6 +184,33 @@ def test_a_hold_that_ended_in_acceptance_is_told_from_a_refusal(run: Run) -> Non
     assert f"<td>{refused['described']}</td>" in page
 
 
+def test_it_lists_the_pipeline_readers_and_their_lag(run: Run) -> None:
+    readers = run.summary["readers"]
+    assert [(r["destination"], r["kind"], r["group"]) for r in readers] == [
+        (scenario.ETL, "lease-group", "etl"),
+        (scenario.CLICKS, "cursor-group", "spark"),
+    ]
+    behind = scenario.READER_SENT - scenario.READER_TAKEN
+    for reader in readers:
+        assert reader["lag_messages"] == behind
+        assert reader["peak_lag_messages"] >= behind
+        # The oldest message it has not taken was sent during the run, before the last sample.
+        assert 0 < reader["lag_seconds"] <= reader["peak_lag_seconds"] < 60
+        assert reader["present_s"] > 0
+    assert (readers[0]["open_leases"], readers[1]["open_leases"]) == (0, None)
+    assert run.summary["readers_left_off"] == 0
+    for path in (scenario.ETL, scenario.CLICKS):
+        stats = by_destination(run.summary["destinations"], path)
+        assert (stats["max_consumers"], stats["max_pipeline_readers"]) == (0, 1)
+        # Drained by its reader: not a destination without consumers.
+        note = by_destination(run.summary["recommendations"], path)["note"]
+        assert not note.startswith("no consumers"), note
+        assert "drained by 1 pipeline reader(s)" in note
+    page = run.report.read_text()
+    assert "<h2>Pipeline readers</h2>" in page
+    assert f"<td>{scenario.ETL}</td><td>lease-group</td><td>etl</td>" in page
+
+
 def test_the_job_keeps_the_users_shuffle_partitions(run: Run) -> None:
     assert run.summary["spark"] == {"master": "local[*]", "shuffle_partitions": USER_PARTITIONS}
 

@@ -1,10 +1,11 @@
 """The metrics history: one row per object per interval, as JSON lines a Spark job can read.
 
 Every `imq.metrics.interval` seconds the broker appends one row for itself, one per service,
-destination, connection and consumer, and one per connection whose SENDs are held, to
-`metrics/YYYYMMDD-HH.jsonl` (UTC hours) in its data directory. Each row is flat: `ts` (ms since
-the epoch), `kind` (broker, service, destination, connection, consumer, held_producer) and that
-kind's fields, so `spark.read.json("metrics/")` gives one table (`sluiceway analyze` reads it).
+destination, connection, consumer and pipeline reader (a topic's cursor group, a queue's lease
+group, with its lag), and one per connection whose SENDs are held, to `metrics/YYYYMMDD-HH.jsonl`
+(UTC hours) in its data directory. Each row is flat: `ts` (ms since the epoch), `kind` (broker,
+service, destination, connection, consumer, reader, held_producer) and that kind's fields, so
+`spark.read.json("metrics/")` gives one table (`sluiceway analyze` reads it).
 Files older than `imq.metrics.history.retention` hours are deleted, and the oldest go first
 whenever the directory exceeds `imq.metrics.history.max_size`. Kept only with the file store.
 """
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
-from sluiceway.admin import model
+from sluiceway.admin import model, readers
 from sluiceway.admin.statistics import traffic_of
 from sluiceway.core.model.destination import Destination
 
@@ -139,7 +140,8 @@ class HistoryWriter:
                     "frames_out": service.frames_out,
                 }
             )
-        for destination in model.list_destinations(broker):
+        destinations = model.list_destinations(broker)
+        for destination in destinations:
             rows.append(self._destination_row(ts, destination))
         for connection in model.connections(broker, services):
             rows.append(
@@ -173,6 +175,21 @@ class HistoryWriter:
                     "flow_paused_for": consumer.flow_paused_for,
                 }
             )
+        for reader in readers.all_readers(broker, destinations):
+            rows.append(
+                {
+                    "ts": ts,
+                    "kind": "reader",
+                    "destination": reader.destination,
+                    "reader_kind": reader.kind,
+                    "group": reader.group,
+                    "lag_messages": reader.lag_messages,
+                    "lag_seconds": reader.lag_seconds,
+                    "position": reader.position,
+                    "open_leases": reader.open_leases,
+                    "leased_messages": reader.leased_messages,
+                }
+            )
         for held in model.held_producers(broker):
             rows.append(
                 {
@@ -191,7 +208,7 @@ class HistoryWriter:
         return rows
 
     def _destination_row(self, ts: int, destination: Destination) -> dict[str, Any]:
-        summary = model.destination_summary(destination)
+        summary = model.destination_summary(self.services.broker, destination)
         trend = self.services.metrics.destination_trend(destination.name)
         properties = model.destination_properties(destination)
         return {
@@ -206,6 +223,7 @@ class HistoryWriter:
             "unacked": summary.unacked,
             "producers": summary.producers,
             "consumers": summary.consumers,
+            "pipeline_readers": summary.pipeline_readers,
             "held_sends": summary.held_sends,
             "throttled": summary.throttled,
             **traffic_of(destination.stats),

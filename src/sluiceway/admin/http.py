@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import BasicAuth, web
 
-from sluiceway.admin import cluster, console, model, openapi, prometheus
+from sluiceway.admin import cluster, console, model, openapi, prometheus, readers
 from sluiceway.admin.guards import HostCheck, admin_limits
 from sluiceway.core.broker import PauseTarget
 from sluiceway.errors import (
@@ -265,6 +265,7 @@ class AdminServer:
         add.add_get(f"{API}/connections", self.list_connections)
         add.add_delete(f"{API}/connections/{{id}}", self.destroy_connection)
         add.add_get(f"{API}/consumers", self.list_consumers)
+        add.add_get(f"{API}/readers", self.list_readers)
         add.add_get(f"{API}/producers", self.list_producers)
         add.add_get(f"{API}/durables", self.list_durables)
         add.add_delete(f"{API}/durables/{{client_id}}/{{name}}", self.delete_durable)
@@ -292,7 +293,7 @@ class AdminServer:
     async def list_destinations(self, request: web.Request) -> web.Response:
         kind = request.query.get("type")
         found = model.list_destinations(self.broker, _kind(kind) if kind else None)
-        return json_response([model.destination_summary(d) for d in found])
+        return json_response([model.destination_summary(self.broker, d) for d in found])
 
     async def create_destination(self, request: web.Request) -> web.Response:
         body = await _body(request)
@@ -394,6 +395,10 @@ class AdminServer:
 
     async def list_consumers(self, request: web.Request) -> web.Response:
         return json_response(model.consumers(self.broker))
+
+    async def list_readers(self, request: web.Request) -> web.Response:
+        destinations = model.list_destinations(self.broker)
+        return json_response(readers.all_readers(self.broker, destinations))
 
     async def list_producers(self, request: web.Request) -> web.Response:
         return json_response(self.broker.producers.held())

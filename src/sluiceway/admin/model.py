@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sluiceway import __version__
+from sluiceway.admin.readers import ReaderSnapshot, destination_readers, pipeline_readers
 from sluiceway.admin.statistics import subscriptions_of, totals_of
 from sluiceway.config import BROKER_PROPERTIES, DESTINATION_PROPERTIES
 from sluiceway.config.properties import format_default
@@ -76,9 +77,10 @@ class DestinationSummary:
     state: str
     throttled: bool
     producers: int
-    consumers: int
+    consumers: int  # STOMP consumers: active and backup
     active_consumers: int
     backup_consumers: int
+    pipeline_readers: int  # a topic's cursor groups, a queue's lease groups (admin.readers)
     msgs: int  # held: waiting, being delivered, unacknowledged (a topic: copies)
     pending: int  # waiting for a consumer
     unacked: int
@@ -98,6 +100,7 @@ class DestinationDetail:
     paused_consumers: list[ConsumerSnapshot]  # by flow control: window used up
     held_producers: list[dict[str, Any]]
     trend: DestinationTrend | None  # peaks, averages, rates (from the metrics sampler)
+    readers: list[ReaderSnapshot]  # its pipeline readers, with their lag
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +236,7 @@ class BrokerSnapshot:
     properties: dict[str, str] = field(default_factory=dict)
 
 
-def destination_summary(destination: Destination) -> DestinationSummary:
+def destination_summary(broker: Broker, destination: Destination) -> DestinationSummary:
     subscriptions = subscriptions_of(destination)
     backups = sum(1 for s in subscriptions if isinstance(s, QueueSubscription) and s.backup)
     unacked = sum(len(s.unacked) for s in subscriptions)
@@ -248,6 +251,7 @@ def destination_summary(destination: Destination) -> DestinationSummary:
         consumers=len(subscriptions),
         active_consumers=len(subscriptions) - backups,
         backup_consumers=backups,
+        pipeline_readers=pipeline_readers(broker, destination),
         msgs=msgs,
         pending=destination.pending_count,
         unacked=unacked,
@@ -302,7 +306,7 @@ def destination_detail(
     ]
     durables = len(destination.durables) if isinstance(destination, Topic) else 0
     return DestinationDetail(
-        summary=destination_summary(destination),
+        summary=destination_summary(broker, destination),
         properties=destination_properties(destination),
         totals=Totals(**totals_of(destination.stats)),
         durables=durables,
@@ -311,6 +315,7 @@ def destination_detail(
         ],
         held_producers=held,
         trend=trend,
+        readers=destination_readers(broker, destination),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, Final, Union, get_args, get_origin
 from aiohttp import web
 
 from sluiceway import __version__
-from sluiceway.admin import cluster, metrics, model
+from sluiceway.admin import cluster, metrics, model, readers
 from sluiceway.core.model.holding import HeldProducer
 
 API: Final = "/api/v1"
@@ -27,6 +27,7 @@ _SCHEMAS: Final = (
     model.DestinationDetail,
     model.Totals,
     model.ConsumerSnapshot,
+    readers.ReaderSnapshot,
     model.ConnectionSnapshot,
     model.ConnectionDestroyed,
     model.DurableSnapshot,
@@ -200,6 +201,13 @@ def document() -> dict[str, Any]:
             }
         },
         f"{API}/consumers": {"get": _op("every consumer", _ref("ConsumerSnapshot", many=True))},
+        f"{API}/readers": {
+            "get": _op(
+                "every pipeline reader (a topic's cursor groups, a queue's lease groups) and its "
+                "lag",
+                _ref("ReaderSnapshot", many=True),
+            )
+        },
         f"{API}/producers": {
             "get": _op("held producers, in pause order", _ref("HeldProducer", many=True))
         },

@@ -3,7 +3,8 @@
 A custom collector reads the broker when Prometheus scrapes, so nothing is counted twice and no
 metric object lives between scrapes. Names follow Prometheus's conventions: base units (bytes,
 seconds), `_total` for counters. Labels: `destination` (its path, e.g. /queue/orders) and `type`;
-`service` (stomp, stomp-tls, ws); `connection` (its number) and `subscription` for consumers.
+`service` (stomp, stomp-tls, ws); `connection` (its number) and `subscription` for consumers;
+`kind` (cursor-group, lease-group) and `group` for pipeline readers.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from sluiceway import __version__
-from sluiceway.admin import cluster, model
+from sluiceway.admin import cluster, model, readers
 from sluiceway.admin.statistics import DESTINATION_STATISTICS
 from sluiceway.core.features.disk import DiskLevel, DiskStatus
 from sluiceway.core.model.holding import HOLD_BUCKETS
@@ -49,6 +50,7 @@ class BrokerCollector(Collector):
         yield from self._services()
         yield from self._destinations()
         yield from self._consumers()
+        yield from self._readers()
         yield from self._connections()
         yield from cluster.metrics(self.services)
 
@@ -195,7 +197,7 @@ class BrokerCollector(Collector):
         sampler = self.services.metrics
         for destination in model.list_destinations(broker):
             key = [destination.name.path, destination.name.kind.value]
-            summary = model.destination_summary(destination)
+            summary = model.destination_summary(broker, destination)
             trend = sampler.destination_trend(destination.name)
             values = {
                 "messages": summary.msgs,
@@ -251,6 +253,28 @@ class BrokerCollector(Collector):
             delivered.add_metric(key, consumer.delivered)
         yield from gauges.values()
         yield delivered
+
+    def _readers(self) -> Iterator[Metric]:
+        """Each pipeline reader's lag (admin.readers); a lease group's open leases too."""
+        labels = ["destination", "kind", "group"]
+        gauges = {
+            name: GaugeMetricFamily(f"sluiceway_reader_{name}", text, labels=labels)
+            for name, text in (
+                ("lag_messages", "Messages of its destination it has not yet taken"),
+                ("lag_seconds", "Age of the oldest message it has not yet taken (0: none)"),
+                ("open_leases", "A lease group's open leases"),
+                ("leased_messages", "Messages in a lease group's open leases"),
+            )
+        }
+        broker = self.services.broker
+        for reader in readers.all_readers(broker, model.list_destinations(broker)):
+            key = [reader.destination, reader.kind, reader.group]
+            gauges["lag_messages"].add_metric(key, reader.lag_messages)
+            gauges["lag_seconds"].add_metric(key, reader.lag_seconds)
+            if reader.open_leases is not None:
+                gauges["open_leases"].add_metric(key, reader.open_leases)
+                gauges["leased_messages"].add_metric(key, reader.leased_messages or 0)
+        yield from gauges.values()
 
     def _connections(self) -> Iterator[Metric]:
         labels = ["connection", "service"]

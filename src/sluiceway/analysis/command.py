@@ -40,9 +40,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="analyse the metrics history with Spark: report and flow-setting advice",
         description="Run a Spark job over the broker's metrics history (metrics/*.jsonl in its "
         "data directory) and write report.html and summary.json: throughput and backlog per "
-        "destination, producers held or throttled, consumers paused by flow control, the "
-        "spread of each queue's messages over its consumers, and recommended "
-        "consumerFlowLimit and consumerFlowThreshold values with the reason for each. "
+        "destination, the lag of its pipeline readers, producers held or throttled, consumers "
+        "paused by flow control, the spread of each queue's messages over its consumers, and "
+        "recommended consumerFlowLimit and consumerFlowThreshold values with the reason for "
+        "each. "
         "See docs/analyze.md.",
     )
     parser.add_argument(

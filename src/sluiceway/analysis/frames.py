@@ -57,6 +57,7 @@ class Prepared:
     samples: DataFrame  # ts, run, sample_prev, gap_before, gap_after, run_first, run_fresh
     destinations: DataFrame
     consumers: DataFrame
+    readers: DataFrame  # pipeline readers: a topic's cursor groups, a queue's lease groups
     held: DataFrame
     timeline: Timeline
     range_start: int | None  # --since: stretches that began earlier are counted from here
@@ -101,6 +102,7 @@ def prepare(rows: DataFrame, where: str, range_start: int | None, cache: Cache) 
         samples=samples,
         destinations=_attach(rows, "destination", samples),
         consumers=_attach(rows, "consumer", samples),
+        readers=_attach(rows, "reader", samples),
         held=_attach(rows, "held_producer", samples),
         timeline=timeline,
         range_start=range_start,

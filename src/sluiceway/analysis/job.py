@@ -1,8 +1,8 @@
 """The Spark job: read the history, aggregate it in Spark, collect the small results.
 
 Everything that grows with the history (rows per sample, per consumer sample) stays in Spark;
-the driver receives one row per destination, consumer, distribution, episode and plotted time
-bucket, each list capped (the MAX_* below), with a count of what was left off.
+the driver receives one row per destination, consumer, pipeline reader, distribution, episode
+and plotted time bucket, each list capped (the MAX_* below), with a count of what was left off.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Final
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from sluiceway.analysis import consumers, frames, producers, sources, traffic
+from sluiceway.analysis import consumers, frames, producers, readers, sources, traffic
 from sluiceway.analysis.results import Collected
 from sluiceway.analysis.session import SHUFFLE_PARTITIONS
 
@@ -20,6 +20,7 @@ MAX_DESTINATIONS: Final = 500
 MAX_PLOTTED: Final = 12  # destinations with throughput and backlog plots, by traffic
 MAX_CONSUMERS: Final = 2000
 MAX_EPISODES: Final = 500
+MAX_READERS: Final = 2000
 # Bucket edges can split a destination's range into one bucket more than MAX_POINTS.
 MAX_SERIES_POINTS: Final = traffic.MAX_POINTS + 1
 
@@ -70,6 +71,8 @@ def _collect(prepared: frames.Prepared, cache: frames.Cache, partitions: int) ->
     )
     episode_rows = _bounded(episodes.orderBy("start", "destination"), MAX_EPISODES)
     distribution_rows = _bounded(consumers.distributions(consumer_table), MAX_DESTINATIONS)
+    reader_table = cache.keep(readers.stats(prepared))
+    reader_rows = _bounded(reader_table.orderBy(*readers.KEY), MAX_READERS)
     return Collected(
         timeline=timeline,
         destinations=[traffic.to_stats(r) for r in destination_rows],
@@ -81,6 +84,8 @@ def _collect(prepared: frames.Prepared, cache: frames.Cache, partitions: int) ->
         episodes=[producers.to_episode(r) for r in episode_rows],
         episodes_left_off=_left_off(episodes, episode_rows, MAX_EPISODES),
         shuffle_partitions=partitions,
+        readers=[readers.to_reader(r) for r in reader_rows],
+        readers_left_off=_left_off(reader_table, reader_rows, MAX_READERS),
     )
 
 

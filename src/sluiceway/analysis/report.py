@@ -1,7 +1,8 @@
 """report.html (one self-contained page, plots embedded as PNG) and summary.json.
 
 Sections, in the order an operator needs them: the recommended flow settings and why; the
-throughput and backlog of each destination; producers held or throttled; consumers paused by
+throughput and backlog of each destination; how far behind its pipeline readers were; producers
+held or throttled; consumers paused by
 flow control; how each queue's messages were spread over its consumers; how it was measured.
 Both files are written next to each other and replace any earlier report atomically.
 """
@@ -149,6 +150,50 @@ def _traffic(analysis: Analysis) -> str:
         if points:
             figure = plots.traffic(stats.destination, points, timeline.first_ms, timeline.last_ms)
             parts.append(_image(figure, f"throughput of {stats.destination}"))
+    return "".join(parts)
+
+
+def _readers(analysis: Analysis) -> str:
+    collected = analysis.collected
+    parts = [
+        "<h2>Pipeline readers</h2>",
+        "<p>Cursor groups of topics and lease groups of queues drain their destination without a "
+        "subscription. Lag: the messages of the destination a reader had not yet taken (for a "
+        "lease group, those waiting in the queue and those of its open leases), and the age of "
+        "the oldest of them. Last: at the last sample that saw the reader.</p>",
+    ]
+    if not collected.readers:
+        parts.append("<p>None: no cursor group or lease group was seen.</p>")
+        return "".join(parts)
+    rows = [
+        (
+            _e(r.destination),
+            _e(r.kind),
+            _e(r.group),
+            _n(r.lag_messages, 0),
+            _n(r.peak_lag_messages, 0),
+            _n(r.lag_seconds),
+            _n(r.peak_lag_seconds),
+            "-" if r.open_leases is None else _n(r.open_leases, 0),
+            _n(r.present_s, 0),
+            _e(iso(r.last_seen_ms)),
+        )
+        for r in collected.readers[:MAX_TABLE_ROWS]
+    ]
+    headers = (
+        "destination",
+        "reader",
+        "group",
+        "lag msgs, last",
+        "lag msgs, peak",
+        "lag s, last",
+        "lag s, peak",
+        "open leases",
+        "seen s",
+        "last seen",
+    )
+    parts.append(_table(headers, rows, set(range(3, 9))))
+    parts.append(_left_off(collected.readers_left_off, "pipeline readers"))
     return "".join(parts)
 
 
@@ -318,6 +363,7 @@ def render(analysis: Analysis) -> str:
         f"generated {_e(iso(analysis.generated_ms))} by sluiceway {_e(__version__)}.</p>"
         + _recommendations(analysis.recommendations)
         + _traffic(analysis)
+        + _readers(analysis)
         + _episodes(analysis)
         + _paused(analysis)
         + _distribution(analysis)

@@ -8,7 +8,7 @@ wrong value reach a rule or a plot.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 
@@ -105,6 +105,9 @@ class DestinationStats:
     paused_s: float  # total time its consumers spent paused by flow control
     held_s: float  # total time producers were held or throttled on it
     held_episodes: int
+    # Its most pipeline readers at once (cursor groups, lease groups); 0 in history written
+    # before they were recorded.
+    max_readers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +139,28 @@ class ConsumerStats:
     def rate(self) -> float:
         """Messages per second written to it while it was there."""
         return self.delivered / self.present_s if self.present_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderStats:
+    """One pipeline reader (a topic's cursor group, a queue's lease group) over the range: how
+    far behind it was, in messages of its destination it had not taken and in the age of the
+    oldest of them (admin.readers)."""
+
+    destination: str
+    kind: str  # cursor-group | lease-group
+    group: str
+    present_s: float  # samples that saw it, times the interval
+    lag_messages: int  # at the last sample that saw it
+    peak_lag_messages: int
+    lag_seconds: float  # at the last sample that saw it
+    peak_lag_seconds: float
+    open_leases: int | None  # a lease group's, at the last sample; None for a cursor group
+    last_seen_ms: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind} {self.group}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,3 +243,5 @@ class Collected:
     episodes: list[ProducerEpisode]
     episodes_left_off: int
     shuffle_partitions: int  # spark.sql.shuffle.partitions the job ran with
+    readers: list[ReaderStats] = field(default_factory=list)
+    readers_left_off: int = 0

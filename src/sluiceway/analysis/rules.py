@@ -25,7 +25,9 @@ proposes and the numbers that made it fire:
 
 The limit recommended is the destination's `consumerFlowLimit`, which caps every consumer (the
 smaller of it and the consumer's own `consumer-flow-limit` wins); the threshold is set by the
-consumers (`consumer-flow-threshold`, Open MQ's `imqConsumerFlowThreshold`).
+consumers (`consumer-flow-threshold`, Open MQ's `imqConsumerFlowThreshold`). Pipeline readers
+(cursor groups, lease groups) take messages in batches they size themselves: no flow setting
+governs them, so a destination drained only by them keeps its settings, and its note says so.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from sluiceway.analysis.results import Collected, ConsumerStats, DestinationStats, Distribution
+from sluiceway.analysis.results import (
+    Collected,
+    ConsumerStats,
+    DestinationStats,
+    Distribution,
+    ReaderStats,
+)
 from sluiceway.core.values.flow import (
     DEFAULT_CONSUMER_FLOW_LIMIT,
     DEFAULT_CONSUMER_FLOW_THRESHOLD,
@@ -58,6 +66,7 @@ MAX_REFILLS_PER_S: Final = 4.0
 TARGET_REFILLS_PER_S: Final = 2.0
 # "Messages waited in the destination" for most of the time: consumers were the bottleneck.
 BACKLOG_SHARE: Final = 0.5
+MAX_NAMED_READERS: Final = 3  # pipeline readers a note names; it counts the others
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,8 +325,11 @@ def recommend(
     spread: Distribution | None,
     settings: RuleSettings,
     interval_s: float,
+    *,
+    readers: list[ReaderStats] | None = None,
 ) -> Recommendation:
-    """Apply every rule to one destination's measurements."""
+    """Apply every rule to one destination's measurements; `readers` (its pipeline readers)
+    only explain, in the note, what drained it."""
     current = stats.consumer_flow_limit if stats.consumer_flow_limit > 0 else -1
     findings: list[Finding] = []
     limit = current
@@ -357,16 +369,39 @@ def recommend(
         threshold_in_use=threshold_in_use,
         threshold=threshold,
         findings=tuple(findings),
-        note="" if findings else _kept(stats, consumers, spread),
+        note="" if findings else _kept(stats, consumers, spread, readers or []),
     )
 
 
+def _drained_by(stats: DestinationStats, readers: list[ReaderStats]) -> str:
+    """The pipeline readers that drained the destination, named (a few), or "" when none."""
+    if not readers:
+        count = stats.max_readers
+        return f"{count} pipeline reader(s)" if count else ""
+    named = ", ".join(reader.label for reader in readers[:MAX_NAMED_READERS])
+    others = len(readers) - MAX_NAMED_READERS
+    more = f" and {others} more" if others > 0 else ""
+    return f"{len(readers)} pipeline reader(s) ({named}{more})"
+
+
 def _kept(
-    stats: DestinationStats, consumers: list[ConsumerStats], spread: Distribution | None
+    stats: DestinationStats,
+    consumers: list[ConsumerStats],
+    spread: Distribution | None,
+    readers: list[ReaderStats],
 ) -> str:
+    drained = _drained_by(stats, readers)
+    if not consumers and drained:
+        return (
+            f"no STOMP consumers in the range analysed; drained by {drained}, which take "
+            "messages in batches they size themselves: no flow setting governs them, keep the "
+            "current settings"
+        )
     if not consumers:
         return "no consumers in the range analysed: nothing to judge the flow settings by"
     parts = [f"{len(consumers)} consumer(s)"]
+    if drained:
+        parts.append(drained)
     if spread is not None:
         ratio = spread.ratio
         parts.append(
@@ -386,6 +421,9 @@ def recommend_all(
     consumers: dict[str, list[ConsumerStats]] = {}
     for consumer in collected.consumers:
         consumers.setdefault(consumer.destination, []).append(consumer)
+    readers: dict[str, list[ReaderStats]] = {}
+    for reader in collected.readers:
+        readers.setdefault(reader.destination, []).append(reader)
     spreads = {d.destination: d for d in collected.distributions}
     return [
         recommend(
@@ -394,6 +432,7 @@ def recommend_all(
             spreads.get(stats.destination),
             RuleSettings(imbalance_ratio=imbalance_ratio, pool_size=pool_size(stats.destination)),
             collected.timeline.interval_s,
+            readers=readers.get(stats.destination, []),
         )
         for stats in collected.destinations
     ]

@@ -39,6 +39,7 @@ FIELDS: Final = (
     ("unacked", "long"),
     ("producers", "long"),
     ("consumers", "long"),
+    ("pipeline_readers", "long"),
     ("held_sends", "long"),
     ("throttled", "string"),
     ("msgs_in", "long"),
@@ -59,6 +60,11 @@ FIELDS: Final = (
     ("limit", "string"),
     ("detail", "string"),
     ("held_for", "double"),
+    ("reader_kind", "string"),
+    ("group", "string"),
+    ("lag_messages", "long"),
+    ("lag_seconds", "double"),
+    ("open_leases", "long"),
 )
 
 

@@ -17,6 +17,7 @@ from sluiceway.analysis.results import (
     DestinationStats,
     Distribution,
     ProducerEpisode,
+    ReaderStats,
 )
 from sluiceway.analysis.rules import Recommendation, is_uneven
 
@@ -58,6 +59,7 @@ def _destination(stats: DestinationStats) -> dict[str, Any]:
         "median_held": stats.median_held,
         "pending_share": round(stats.pending_share, 3),
         "max_consumers": stats.max_consumers,
+        "max_pipeline_readers": stats.max_readers,
         "consumer_flow_limit": stats.consumer_flow_limit,
         "dispatch_policy": stats.dispatch_policy or None,
         "limit_behavior": stats.limit_behavior,
@@ -87,6 +89,21 @@ def _consumer(consumer: ConsumerStats) -> dict[str, Any]:
         "longest_pause_s": round(consumer.longest_pause_s, 3),
         "starved_s": round(consumer.starved_s, 3),
         "max_outstanding": consumer.max_outstanding,
+    }
+
+
+def _reader(reader: ReaderStats) -> dict[str, Any]:
+    return {
+        "destination": reader.destination,
+        "kind": reader.kind,
+        "group": reader.group,
+        "present_s": round(reader.present_s, 3),
+        "lag_messages": reader.lag_messages,
+        "peak_lag_messages": reader.peak_lag_messages,
+        "lag_seconds": round(reader.lag_seconds, 3),
+        "peak_lag_seconds": round(reader.peak_lag_seconds, 3),
+        "open_leases": reader.open_leases,
+        "last_seen": iso(reader.last_seen_ms),
     }
 
 
@@ -176,6 +193,8 @@ def build(analysis: Analysis) -> dict[str, Any]:
         "consumers": [_consumer(c) for c in collected.consumers],
         "consumers_left_off": collected.consumers_left_off,
         "consumers_paused_s": round(sum(c.paused_s for c in collected.consumers), 3),
+        "readers": [_reader(r) for r in collected.readers],
+        "readers_left_off": collected.readers_left_off,
         "distribution": [
             _distribution(d, d.destination in uneven, stranded.get(d.destination, 0.0))
             for d in collected.distributions

@@ -67,6 +67,7 @@ def stats(samples: DataFrame, extras: list[DataFrame]) -> DataFrame:
         ).alias("median_held"),
         F.avg(F.when(F.col("pending") > 0, 1.0).otherwise(0.0)).alias("pending_share"),
         F.max("consumers").alias("max_consumers"),
+        F.max("pipeline_readers").alias("max_readers"),  # null in older history: 0 below
         F.max_by("consumer_flow_limit", "ts").alias("consumer_flow_limit"),
         F.coalesce(F.max_by("dispatch_policy", "ts"), F.lit("")).alias("dispatch_policy"),
         F.coalesce(F.max_by("limit_behavior", "ts"), F.lit("")).alias("limit_behavior"),
@@ -99,6 +100,7 @@ def to_stats(row: RowLike) -> DestinationStats:
         paused_s=float_of(row, "paused_s"),
         held_s=float_of(row, "held_s"),
         held_episodes=int_of(row, "held_episodes"),
+        max_readers=int_of(row, "max_readers"),
     )
 
 

@@ -282,6 +282,7 @@
     tr.appendChild(cell("state", "state"));
     tr.appendChild(cell("producers", "num"));
     tr.appendChild(cell("consumers", "num"));
+    tr.appendChild(cell("pipeline_readers", "num"));
     for (const field of ["msgs", "pending", "unacked", "msg_bytes", "avg_size"]) {
       tr.appendChild(cell(field, "num"));
     }
@@ -345,11 +346,19 @@
       setField(cells[field], row[field], count(row[field]));
     }
     const backups = row.backup_consumers ? ` + ${count(row.backup_consumers)} backup` : "";
+    const readers = row.pipeline_readers;
+    const drained = readers ? `; drained by ${readers} pipeline reader${readers === 1 ? "" : "s"}` : "";
     setField(
       cells.consumers,
       row.consumers,
       `${count(row.active_consumers)}${backups}`,
-      `${row.active_consumers} active, ${row.backup_consumers} backup`,
+      `${row.active_consumers} active, ${row.backup_consumers} backup${drained}`,
+    );
+    setField(
+      cells.pipeline_readers,
+      readers,
+      count(readers),
+      "cursor groups of a topic, lease groups of a queue: select the destination for their lag",
     );
     setField(cells.msg_bytes, row.msg_bytes, bytes(row.msg_bytes));
     setField(cells.avg_size, row.avg_size, bytes(row.avg_size));
@@ -454,6 +463,7 @@
       totals.push(["largest message", bytes(detail.trend.largest_msg)]);
     }
     definitionList($("detail-totals"), totals);
+    renderReaders(detail.readers);
     tableRows(
       $("detail-paused-consumers"),
       detail.paused_consumers.map((c) => [
@@ -476,6 +486,33 @@
         h.detail,
       ]),
     );
+  }
+
+  // A destination's pipeline readers: one row each (data-group, data-kind), cells by field.
+  const READER_COLUMNS = [
+    ["kind", String],
+    ["group", String],
+    ["lag_messages", count],
+    ["lag_seconds", seconds],
+    ["position", count],
+    ["open_leases", count],
+    ["leased_messages", count],
+  ];
+
+  function renderReaders(readers) {
+    $("detail-readers").tBodies[0].replaceChildren(
+      ...readers.map((reader) => {
+        const tr = make("tr", { data: { group: reader.group, kind: reader.kind } });
+        for (const [field, format] of READER_COLUMNS) {
+          const value = reader[field];
+          const td = make("td", { data: { field } });
+          setField(td, value, value === null ? "-" : format(value));
+          tr.appendChild(td);
+        }
+        return tr;
+      }),
+    );
+    $("detail-readers-empty").hidden = readers.length > 0;
   }
 
   function rememberDetail(detail) {
