@@ -45,6 +45,7 @@ COMPILED = (
     "sluiceway/session/session.py",
     "sluiceway/core/broker.py",
     "sluiceway/core/connection.py",
+    "sluiceway/core/features/durable_ports.py",
     "sluiceway/core/containers/pending.py",
     "sluiceway/core/containers/spilling.py",
     "sluiceway/core/containers/seqlog.py",  # subclasses SpillingRun

@@ -4,7 +4,7 @@ tuple's __new__ is interpreted Python in the compiled build): equality and a rea
 from __future__ import annotations
 
 from sluiceway.core.broker import Broker
-from sluiceway.core.connection import Sent
+from sluiceway.core.model.holding import Sent
 from sluiceway.core.model.subscription import Delivery
 from sluiceway.naming import parse_destination
 from sluiceway.session.headers import SendRequest

@@ -47,6 +47,7 @@ from sluiceway.client.pipeline_failover import (
 )
 from sluiceway.client.pipeline_packs import MessagePack
 from sluiceway.client.pipeline_reads import Read
+from sluiceway.client.pipeline_send_packs import OutgoingPack, packed, unpacked
 from sluiceway.client.pipeline_sends import SendWindow
 from sluiceway.client.pipeline_values import (
     DEFAULT_MAX_INFLIGHT,
@@ -90,6 +91,7 @@ __all__ = [
     "EndMarker",
     "LeaseState",
     "OutgoingMessage",
+    "OutgoingPack",
     "PipelineConnection",
     "PipelineMessage",
     "PipelineSettings",
@@ -115,6 +117,7 @@ class PipelineConnection:
         self.receipt_numbers: Iterator[int] = itertools.count(1)  # receipt and subscription ids
         self._receipts: Receipts[None] = Receipts(self.receipt_numbers)
         self._tls_context: ssl.SSLContext | None = None  # made at the first TLS connect
+        self.takes_packs = False  # the broker said it takes packed SENDs (`pack-sends`)
 
     # -- pickling: settings only ------------------------------------------------------------------
 
@@ -191,7 +194,9 @@ class PipelineConnection:
         self._decoder = decoder = FrameDecoder(max_header_count=CLIENT_MAX_HEADER_COUNT)
         try:
             self.write_frame(Frame("CONNECT", request.headers()))
-            version = connected_version(self.next_frame())
+            connected = self.next_frame()
+            version = connected_version(connected)
+            self.takes_packs = connected.headers.get("pack-sends") == "true"
         except BrokerError as exc:
             self.close()
             raise request.refused(exc, address[1]) from None
@@ -510,8 +515,33 @@ class PipelineConnection:
         might be published twice), its error is raised.
         """
         with_failover(self, "connecting to send", self.connect)
+        if self.settings.pack_sends and self.takes_packs:
+            return self._send_items(packed(messages), stage, stage_ttl_ms)
+        return self._send_items(messages, stage, stage_ttl_ms)
+
+    def send_packs(
+        self,
+        items: Iterable[OutgoingMessage | OutgoingPack],
+        *,
+        stage: str | None = None,
+        stage_ttl_ms: int | None = None,
+    ) -> int:
+        """`send_many` for messages already packed (a columnar writer packs its columns
+        itself): each pack is one SEND, or its messages one by one when the broker does not
+        take packed SENDs (or `pack_sends` is off). The count of messages sent."""
+        with_failover(self, "connecting to send", self.connect)
+        if not (self.settings.pack_sends and self.takes_packs):
+            items = unpacked(items)
+        return self._send_items(items, stage, stage_ttl_ms)
+
+    def _send_items(
+        self,
+        items: Iterable[OutgoingMessage | OutgoingPack],
+        stage: str | None,
+        stage_ttl_ms: int | None,
+    ) -> int:
         sender = SendWindow(self, stage, stage_ttl_ms)
-        for message in messages:
-            sender.add(message)
+        for item in items:
+            sender.add(item)
         sender.finish()
         return sender.sent

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Final, Protocol
 
 from sluiceway.client.pipeline_failover import restated
+from sluiceway.client.pipeline_send_packs import OutgoingPack
 from sluiceway.client.pipeline_values import OutgoingMessage, PipelineSettings
 from sluiceway.client.protocol import Receipts
-from sluiceway.errors import BrokerError, Unavailable
+from sluiceway.errors import BrokerError, EntityTooLarge, ResourceFull, Unavailable
 from sluiceway.protocol.frames import Frame
 
 log = logging.getLogger("sluiceway.client.pipeline")
@@ -34,6 +36,11 @@ SEND_RECEIPT: Final = "s"
 _FRAME_HEADERS: Final = frozenset(
     {"transaction", "receipt", "content-length", "stage", "stage-ttl", "destination"}
 )
+# Refusals of a pack after which its messages are sent one by one: each then gets what a
+# single SEND gets (held, retried, refused with its own reason). Others end the send.
+_UNPACK_ON: Final = (ResourceFull, EntityTooLarge, Unavailable)
+
+Sendable = OutgoingMessage | OutgoingPack
 
 
 class FrameLink(Protocol):
@@ -60,29 +67,50 @@ class SendWindow:
             self.extra["stage"] = stage
             if stage_ttl_ms is not None:
                 self.extra["stage-ttl"] = str(stage_ttl_ms)
-        self.inflight: Receipts[OutgoingMessage] = Receipts(connection.receipt_numbers)
+        self.inflight: Receipts[Sendable] = Receipts(connection.receipt_numbers)
         self.inflight_bytes = 0
         self.refused: list[tuple[OutgoingMessage, BrokerError]] = []
+        self.unpacked: deque[OutgoingMessage] = deque()  # of refused packs, to send singly
         self.first_refused: dict[int, float] = {}  # id(message) -> when it was first refused
         self.pause = self.settings.retry.pause  # before the next retry; grows by `backoff`
         self.sent = 0
 
-    def add(self, message: OutgoingMessage) -> None:
-        self._write(message)
+    def add(self, item: Sendable) -> None:
+        if isinstance(item, OutgoingPack):
+            self._write_pack(item)
+        else:
+            self._write(item)
+        self._settle_while_full()
+        self._send_unpacked()
+        if self.refused:
+            self._resend_refused()
+
+    def finish(self) -> None:
+        while self.inflight or self.refused or self.unpacked:
+            while self.inflight:
+                self._settle_one()
+            self._send_unpacked()
+            if self.refused:
+                self._resend_refused()
+
+    def _settle_while_full(self) -> None:
         settings = self.settings
         while len(self.inflight) >= settings.max_inflight or (
             self.inflight_bytes >= settings.max_inflight_bytes
         ):
             self._settle_one()
-        if self.refused:
-            self._resend_refused()
 
-    def finish(self) -> None:
-        while self.inflight or self.refused:
-            while self.inflight:
-                self._settle_one()
-            if self.refused:
-                self._resend_refused()
+    def _send_unpacked(self) -> None:
+        while self.unpacked:
+            self._write(self.unpacked.popleft())
+            self._settle_while_full()
+
+    def _write_pack(self, pack: OutgoingPack) -> None:
+        headers = {"destination": pack.destination, "pack-count": str(pack.count)}
+        headers.update(self.extra)
+        send = Frame("SEND", headers, pack.body)
+        self.connection.write_frame(self.inflight.ask(send, pack, SEND_RECEIPT))
+        self.inflight_bytes += len(pack.body)
 
     def _write(self, message: OutgoingMessage) -> None:
         headers = {k: v for k, v in message.headers.items() if k not in _FRAME_HEADERS}
@@ -110,6 +138,9 @@ class SendWindow:
             return
         message, error = answer.waiter, answer.error
         self.inflight_bytes -= len(message.body)
+        if isinstance(message, OutgoingPack):
+            self._pack_settled(message, error)
+            return
         if error is None:
             self.sent += 1
             if self.first_refused.pop(id(message), None) is not None and not self.first_refused:
@@ -118,6 +149,20 @@ class SendWindow:
         if not isinstance(error, (*self.settings.retry.retry_on, Unavailable)):
             raise error
         self.refused.append((message, error))
+
+    def _pack_settled(self, pack: OutgoingPack, error: BrokerError | None) -> None:
+        if error is None:
+            self.sent += pack.count
+            return
+        if not isinstance(error, _UNPACK_ON):
+            raise error
+        log.debug(
+            "a pack of %d messages to %s was refused (%s); sending them one by one",
+            pack.count,
+            pack.destination,
+            error,
+        )
+        self.unpacked.extend(pack.messages())
 
     def _resend_refused(self) -> None:
         """Let the window empty, pause, then send the refused messages again in their order."""

@@ -84,6 +84,9 @@ class PipelineSettings:
     username_env: str | None  # an environment variable holding the user name
     password_env: str | None  # an environment variable holding the password
     password_file: str | None  # a file whose first line is the password
+    # Runs of messages for one destination go many to a SEND (pipelines-protocol.md, "Packed
+    # sends") when the broker takes packed SENDs; False: one SEND per message.
+    pack_sends: bool
 
     def __init__(  # noqa: PLR0917  (the fields' order, as the dataclass's own __init__ had it)
         self,
@@ -104,6 +107,7 @@ class PipelineSettings:
         username_env: str | None = None,
         password_env: str | None = None,
         password_file: str | None = None,
+        pack_sends: bool = True,
     ) -> None:
         if not 0 <= failover < math.inf:
             raise ValueError(f"failover must be a number of seconds, 0 or more, not {failover!r}")
@@ -129,6 +133,7 @@ class PipelineSettings:
             "username_env": username_env,
             "password_env": password_env,
             "password_file": password_file,
+            "pack_sends": pack_sends,
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)

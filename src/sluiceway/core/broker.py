@@ -32,11 +32,12 @@ from sluiceway.config import (
     change_settings,
     update_config,
 )
-from sluiceway.core.connection import ConnectionParts, CoreConnection, DurableHomes
+from sluiceway.core.connection import ConnectionParts, CoreConnection
 from sluiceway.core.containers.pending import Spill
 from sluiceway.core.features.cursors import Cursors
 from sluiceway.core.features.dead_letters import DeadLetters
 from sluiceway.core.features.disk import DiskGuard
+from sluiceway.core.features.durable_ports import DurableHomes
 from sluiceway.core.features.leases import Leases
 from sluiceway.core.features.producers import ProducerControl
 from sluiceway.core.features.stages import StageArea

@@ -12,9 +12,9 @@ import logging
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from sluiceway.core.features.cursors import Cursor, CursorRead, Cursors
+from sluiceway.core.features.durable_ports import DurableBook
 from sluiceway.core.features.leases import LeaseRead, LeaseReader, Leases
 from sluiceway.core.features.limits import check_size
 from sluiceway.core.features.producers import Producer, ProducerControl
@@ -22,7 +22,7 @@ from sluiceway.core.features.stages import StageArea, StagedSend
 from sluiceway.core.features.transaction import OpenTransactions
 from sluiceway.core.model.browsing import BrowserSubscription, TopicBrowserSubscription
 from sluiceway.core.model.destination import Destination
-from sluiceway.core.model.holding import HeldQueue, HeldSend
+from sluiceway.core.model.holding import HeldQueue, Sent
 from sluiceway.core.model.queue import Queue, QueueSubscription
 from sluiceway.core.model.registry import DestinationRegistry
 from sluiceway.core.model.store import MessageStore, StoreError
@@ -32,58 +32,12 @@ from sluiceway.core.values.clock import Clock
 from sluiceway.core.values.counts import CountRefusals
 from sluiceway.core.values.flow import ConnectionFlow, ConsumerFlow
 from sluiceway.core.values.live_config import LiveConfig
-from sluiceway.core.values.message import Message
+from sluiceway.core.values.message import Message, PackedSend
 from sluiceway.core.values.message_ids import MessageIds
 from sluiceway.errors import BadRequest, BrokerError, Conflict, InternalError, ResourceFull
 from sluiceway.naming import DestinationKind, DestinationName
 
 log = logging.getLogger(__name__)
-
-
-class DurableBook(Protocol):
-    """The broker's durable subscriptions, by client id and name (core.broker keeps them, with
-    the journal records that name them)."""
-
-    def durable_state(
-        self, topic: Topic, client_id: str, name: str, selector: MessageFilter | None
-    ) -> DurableState: ...
-
-    def remove_durable(self, client_id: str, name: str) -> None: ...
-
-    def serve_elsewhere(
-        self, client_id: str, name: str, topic: DestinationName, selector: str
-    ) -> DestinationName | None:
-        """For a subscriber of durable subscription `name` of `client_id` attaching here: the
-        queue it reads when the subscription lives on another broker of a cluster (that
-        broker's messages for it are brought to this queue), None when it lives here or is
-        new. Raises Conflict when a subscriber reads that queue already."""
-        ...
-
-    def elsewhere(self, client_id: str, name: str) -> DestinationName | None:
-        """The queue subscribers of durable subscription `name` of `client_id` read here when
-        it lives on another broker (serve_elsewhere); None when it does not."""
-        ...
-
-
-class DurableHomes(Protocol):
-    """Where a cluster's durable subscriptions live, as this broker knows it (cluster.durables):
-    a subscriber that attaches here to one that lives on another member reads a queue here
-    that brings it that member's messages for it."""
-
-    def serve(
-        self, client_id: str, name: str, topic: DestinationName, selector: str
-    ) -> DestinationName | None:
-        """The queue a subscriber attaching here reads, when the subscription lives elsewhere
-        (noted, with its topic and selector, for what brings its messages here)."""
-        ...
-
-    def queue_of(self, client_id: str, name: str) -> DestinationName | None:
-        """That queue, when the subscription lives elsewhere; nothing is noted."""
-        ...
-
-    def remove(self, client_id: str, name: str) -> None:
-        """End the subscription where it lives (done later, off this thread)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,31 +57,6 @@ class ConnectionParts:
     leases: Leases
     durables: DurableBook
     closed: Callable[[CoreConnection], None]  # told once when a connection closes
-
-
-class Sent:
-    """What became of a SEND: the message, and its HeldSend while it waits (else None).
-
-    A class, not a named tuple: one is made per SEND, and a named tuple's __new__ is
-    interpreted Python even in the compiled build."""
-
-    __slots__ = ("held", "message")
-
-    def __init__(self, message: Message, held: HeldSend | None) -> None:
-        self.message = message
-        self.held = held
-
-    # Written out, as a named tuple had them (tests compare and print these); not per message.
-    def __repr__(self) -> str:
-        return f"Sent(message={self.message!r}, held={self.held!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sent):
-            return NotImplemented
-        return (self.message, self.held) == (other.message, other.held)
-
-    def __hash__(self) -> int:
-        return hash((self.message, self.held))
 
 
 class CoreConnection(Producer):
@@ -487,6 +416,36 @@ class CoreConnection(Producer):
                 return Sent(message, None)
         held = self._producers.produce(self, destination, message, report=report, into=into)
         return Sent(message, held)
+
+    def send_pack(
+        self, name: DestinationName, pack: Sequence[PackedSend], stage: StagedSend | None
+    ) -> None:
+        """Accept every message of `pack` for `name` at once, or refuse them all and change
+        nothing (ProducerControl.produce_pack). With `stage`, they go into that stage."""
+        destination = self._registry.resolve(name)
+        config, new_id, now = self._config.current, self._parts.ids.new, self.clock.time_ms()
+        max_per_msg = destination.settings.max_bytes_per_msg
+        messages = []
+        for body, headers, priority, expires, persistent in pack:
+            check_size(name.path, len(body), config, max_per_msg)
+            messages.append(
+                Message(
+                    id=new_id(),
+                    destination=destination.name,
+                    body=body,
+                    headers=headers,
+                    priority=priority,
+                    expires=expires,
+                    persistent=persistent,
+                    timestamp=now,
+                )
+            )
+        into = None
+        if stage is not None:
+            into = self._parts.stages.target_pack(stage.name, destination, stage.ttl_ms)
+            if into is None:  # its batch was committed before: accepted, and dropped
+                return
+        self._producers.produce_pack(self, destination, messages, into=into)
 
     # -- acknowledging -------------------------------------------------------------------------
 

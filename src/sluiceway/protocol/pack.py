@@ -19,6 +19,10 @@ little-endian:
 
 The destination, and the lease of a lease read, are the frame's own headers: the same for
 every message of the pack.
+
+A packed SEND (`pack-count:K`, "Packed sends") carries a pack the other way: the sender gives
+the bodies, expiry times, priorities, the persistent flag and the headers; the broker sets the
+rest, which the sender leaves zero (`send_pack`).
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ _ESCAPES: Final = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", ":": "\\c"}
 _UNESCAPES: Final = {"\\": "\\", "n": "\n", "r": "\r", "c": ":"}
 
 
-def _le(values: array[int]) -> bytes:
+def little_endian(values: array[int]) -> bytes:
+    """The bytes of `values`, little-endian whatever this machine is."""
     if not _LITTLE:
         values = array(values.typecode, values)
         values.byteswap()
@@ -88,7 +93,7 @@ class Packable(Protocol):
 def _offsets(parts: list[bytes]) -> bytes:
     offsets = array("I", [0])
     offsets.extend(itertools.accumulate(map(len, parts)))
-    return _le(offsets)
+    return little_endian(offsets)
 
 
 def _own_lines(headers: Sequence[tuple[str, str]], left_out: frozenset[str]) -> bytes:
@@ -106,9 +111,9 @@ def pack_messages(messages: Sequence[Packable], left_out: frozenset[str] = froze
         b"".join(bodies),
         _offsets(ids),
         b"".join(ids),
-        _le(array("q", [m.seq for m in messages])),
-        _le(array("q", [m.timestamp for m in messages])),
-        _le(array("q", [m.expires for m in messages])),
+        little_endian(array("q", [m.seq for m in messages])),
+        little_endian(array("q", [m.timestamp for m in messages])),
+        little_endian(array("q", [m.expires for m in messages])),
         bytes([m.priority for m in messages]),
         bytes(
             [
@@ -116,15 +121,59 @@ def pack_messages(messages: Sequence[Packable], left_out: frozenset[str] = froze
                 for m in messages
             ]
         ),
-        _le(array("I", [m.delivery_count for m in messages])),
+        little_endian(array("I", [m.delivery_count for m in messages])),
         _offsets(headers),
         b"".join(headers),
     )
-    parts = [MAGIC, _U32.pack(len(messages))]
+    return _join(len(messages), sections)
+
+
+def _join(count: int, sections: Sequence[bytes]) -> bytes:
+    parts = [MAGIC, _U32.pack(count)]
     for section in sections:
         parts.append(_U32.pack(len(section)))
         parts.append(section)
     return b"".join(parts)
+
+
+def offsets_of(parts: list[bytes]) -> bytes:
+    """The (K+1) u32 offsets section of `parts` laid end to end."""
+    return _offsets(parts)
+
+
+def header_lines(headers: Sequence[tuple[str, str]]) -> bytes:
+    """A message's own headers as a pack holds them (section 11)."""
+    return _own_lines(headers, frozenset())
+
+
+def send_pack(
+    count: int,
+    body_offsets: bytes,
+    bodies: bytes,
+    *,
+    expires: bytes,
+    priorities: bytes,
+    flags: bytes,
+    header_offsets: bytes,
+    headers: bytes,
+) -> bytes:
+    """The body of a packed SEND: the columns a sender gives (each as its section's bytes),
+    and zeros for those the broker sets (ids, sequence numbers, timestamps, delivery counts)."""
+    sections = (
+        body_offsets,
+        bodies,
+        bytes(4 * (count + 1)),
+        b"",
+        bytes(8 * count),
+        bytes(8 * count),
+        expires,
+        priorities,
+        flags,
+        bytes(4 * count),
+        header_offsets,
+        headers,
+    )
+    return _join(count, sections)
 
 
 @dataclass(frozen=True, slots=True)

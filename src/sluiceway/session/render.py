@@ -222,6 +222,7 @@ def connected_frame(
         "connection-flow-limit": str(flow.limit),
         "connection-flow-limit-enabled": "true" if flow.limit_enabled else "false",
         "failed-receipts": "true" if failed_receipts else "false",
+        "pack-sends": "true",  # SENDs with pack-count are taken (session.send_packs)
     }
     if version is not StompVersion.V1_0:
         headers["heart-beat"] = f"{heart_beat[0]},{heart_beat[1]}"

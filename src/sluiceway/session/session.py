@@ -55,7 +55,7 @@ from sluiceway.security.access import (
 from sluiceway.security.logins import PendingLogin
 from sluiceway.security.users import Principal
 from sluiceway.session import headers as h
-from sluiceway.session import readers, stage_frames
+from sluiceway.session import readers, send_packs, stage_frames
 from sluiceway.session.access import SessionAccess
 from sluiceway.session.checks import acked, check_frame
 from sluiceway.session.control import MAX_WAITING_CONTROL, ControlFrames
@@ -436,6 +436,8 @@ class StompSession:
         self._on_control()
 
     def _on_send(self, frame: Frame) -> Extra:
+        if "pack-count" in frame.headers:
+            return self._on_send_pack(frame)
         self.sends_in += 1
         request = h.send_request(frame, self.broker.config.max_header_count)
         self._access.authorize_use(_PRODUCE, request.destination)
@@ -461,6 +463,19 @@ class StompSession:
             return None
         sent.held.on_done = partial(self._send_settled, receipt, durable)
         return DEFERRED
+
+    def _on_send_pack(self, frame: Frame) -> Extra:
+        """A packed SEND: all its messages taken at once, or none (session.send_packs)."""
+        self.sends_in += 1
+        name = h.destination(frame)
+        self._access.authorize_use(_PRODUCE, name)
+        stage = None
+        if "stage" in frame.headers:
+            stage = stage_frames.staged_send(frame, self.broker.config.stage_ttl_ms)
+        pack = send_packs.packed_send(frame, self.broker.config.max_header_count)
+        self._connection().send_pack(name, pack, stage)
+        self._receipt_durable = stage is not None or any(message[4] for message in pack)
+        return None
 
     def _send_settled(
         self, receipt: str | None, persistent: bool, error: BrokerError | None

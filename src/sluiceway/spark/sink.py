@@ -47,10 +47,17 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from sluiceway.client.pipeline import OutgoingMessage, PipelineConnection, StageState
+from sluiceway.client.pipeline import (
+    OutgoingMessage,
+    OutgoingPack,
+    PipelineConnection,
+    StageState,
+)
+from sluiceway.client.pipeline_send_packs import packed
 from sluiceway.errors import ConfigError
 from sluiceway.spark.options import DeliveryGuarantee, OptionReader, SinkOptions
 from sluiceway.spark.rows import Defaults, SinkColumns
+from sluiceway.spark.sink_packs import columnar, packs
 
 log = logging.getLogger("sluiceway.spark")
 
@@ -126,9 +133,22 @@ class SinkRows:
 
     def send(self, rows: Iterator[pa.RecordBatch], stage: str | None) -> int:
         with PipelineConnection(self.options.connection) as connection:
-            return connection.send_many(
-                self.messages(rows), stage=stage, stage_ttl_ms=self.options.stage_ttl_ms
+            return connection.send_packs(
+                self._packed(rows), stage=stage, stage_ttl_ms=self.options.stage_ttl_ms
             )
+
+    def _packed(
+        self, batches: Iterator[pa.RecordBatch]
+    ) -> Iterator[OutgoingMessage | OutgoingPack]:
+        """Each record batch as packs made from its buffers where it can be, else its rows
+        as messages, packed by the client."""
+        options, columns = self.options, self.columns
+        defaults = Defaults(options.destination, options.persistent, options.priority)
+        for batch in batches:
+            if columnar(batch, columns, defaults):
+                yield from packs(batch, columns, defaults)
+            else:
+                yield from packed(self.messages(iter([batch])))
 
 
 def _task_name() -> str:

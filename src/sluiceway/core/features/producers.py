@@ -48,6 +48,7 @@ from sluiceway.errors import BrokerError, ResourceFull
 log = logging.getLogger(__name__)
 
 Publish = Callable[[Message], None]  # where an admitted message goes
+PublishAll = Callable[[list[Message]], None]  # where the admitted messages of a pack go
 
 MAX_BATCH = 1000  # Open MQ's imq.producer.maxBatch
 
@@ -146,6 +147,45 @@ class ProducerControl:
             self._dropped(destination, error)
         return None
 
+    def produce_pack(
+        self,
+        connection: Producer,
+        destination: Destination,
+        messages: list[Message],
+        *,
+        into: PublishAll | None = None,
+    ) -> None:
+        """Publish all of `messages` now (into `into` when given), or refuse them all and change
+        nothing: a pack is taken only when every message of it would be accepted at once. What
+        would hold, evict or refuse any of them refuses the pack (ResourceFull, or the
+        admission's own error); its sender then sends the messages one by one, each getting
+        what a single SEND gets."""
+        self.register(connection, destination)
+        count, size = len(messages), sum(m.size for m in messages)
+        if connection.held or destination.held_sends:
+            raise self._pack_refused(destination, count, "earlier sends are held for room")
+        journaled = into is not None or any(m.persistent for m in messages)
+        admission = self._admit(destination, count, size, journaled=journaled, local=False)
+        if admission.verdict is not Verdict.ACCEPT:
+            error = admission.error
+            reason = "room would be made by evicting" if error is None else str(error)
+            raise self._pack_refused(destination, count, reason)
+        self._spend_credit(connection, size, count)
+        if into is not None:
+            into(messages)
+            return
+        for message in messages:
+            destination.publish(message)
+
+    @staticmethod
+    def _pack_refused(destination: Destination, count: int, reason: str) -> ResourceFull:
+        return ResourceFull(
+            "pack not taken whole",
+            f"a pack of {count} messages for {destination.name} cannot be taken at once "
+            f"({reason}); nothing of it was taken: send its messages one by one",
+            destination=destination.name.path,
+        )
+
     def register(self, connection: Producer, destination: Destination) -> None:
         """`connection` becomes a producer of `destination` (maxNumProducers; RED refuses)."""
         if connection.number in destination.producers:
@@ -155,13 +195,13 @@ class ProducerControl:
         destination.add_producer(connection.number)
         connection.produced_to.add(destination)
 
-    def _spend_credit(self, connection: Producer, size: int) -> None:
+    def _spend_credit(self, connection: Producer, size: int, count: int = 1) -> None:
         """Memory levels pace producers (Open MQ's per-connection producer credit): the broker
         measures its memory again once a connection has sent its level's count of messages, or
         a quarter of the bytes left below RED, whichever comes first, and at every SEND from
         ORANGE up. At RED the count is 0: every SEND is measured, and held (see `admit`)."""
-        connection.credit -= 1
-        connection.credit_bytes -= size + MESSAGE_OVERHEAD
+        connection.credit -= count
+        connection.credit_bytes -= size + count * MESSAGE_OVERHEAD
         ledger = self._ledger
         spent = connection.credit <= 0 or connection.credit_bytes <= 0
         if not spent and ledger.level < MemoryLevel.ORANGE:
@@ -181,6 +221,13 @@ class ProducerControl:
         """What happens to one more message for `destination` now. `journaled`: the message is
         written to the journal even if it is not persistent (a staged one). `local`: weighed
         against what this broker holds only (a message moving from another cluster member)."""
+        journaled = journaled or message.persistent
+        return self._admit(destination, 1, message.size, journaled=journaled, local=local)
+
+    def _admit(
+        self, destination: Destination, count: int, size: int, *, journaled: bool, local: bool
+    ) -> Admission:
+        """`admit` for `count` messages of `size` bytes in all, taken at once."""
         if destination.paused_producers:
             return Admission(
                 Verdict.HOLD,
@@ -196,12 +243,16 @@ class ProducerControl:
         if self._ledger.level is MemoryLevel.RED:
             return Admission(Verdict.HOLD, self._memory_error("producers wait"))
         disk = self._disk
-        if (disk.holding or disk.refusing) and (message.persistent or journaled):
+        if (disk.holding or disk.refusing) and journaled:
             error = disk.hold_error(destination.name.path)
             return Admission(Verdict.HOLD if disk.holding else Verdict.REJECT, error)
-        path, size = destination.name.path, message.size
+        path, system = destination.name.path, self._context.system
+        fullness = destination.local_fullness() if local else destination.fullness()
+        if count > 1:  # the limits are checked for one more: the pack's others are there first
+            system = SystemCounts(system.count + count - 1, system.bytes)
+            fullness = Fullness(fullness.count + count - 1, fullness.bytes)
         try:
-            check_system(path, size, self._config.current, self._context.system)
+            check_system(path, size, self._config.current, system)
         except BrokerError as exc:
             # Kept, not raised here: its traceback would keep this frame (and the message)
             # alive in a reference cycle until the garbage collector runs.
@@ -210,7 +261,7 @@ class ProducerControl:
         return destination_verdict(
             path,
             size,
-            destination.local_fullness() if local else destination.fullness(),
+            fullness,
             max_count=settings.max_num_msgs,
             max_bytes=settings.max_total_msg_bytes,
             behavior=settings.limit_behavior,

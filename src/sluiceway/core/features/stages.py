@@ -33,7 +33,7 @@ from functools import partial
 from typing import Protocol
 
 from sluiceway.core.containers.spilling import SpillingRun
-from sluiceway.core.features.producers import Publish
+from sluiceway.core.features.producers import Publish, PublishAll
 from sluiceway.core.model.context import Context
 from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.registry import DestinationRegistry
@@ -219,6 +219,19 @@ class StageArea:
     def target(self, name: StageName, destination: Destination, ttl_ms: int) -> Publish | None:
         """Where an admitted SEND to `destination` staged as `name` goes; None when its batch
         was committed already (the SEND is accepted and its message dropped)."""
+        if not self._may_stage(name, destination):
+            return None
+        return partial(self._take, name, destination, ttl_ms)
+
+    def target_pack(
+        self, name: StageName, destination: Destination, ttl_ms: int
+    ) -> PublishAll | None:
+        """`target` for the messages of a packed SEND, taken all at once."""
+        if not self._may_stage(name, destination):
+            return None
+        return partial(self._take_all, name, destination, ttl_ms)
+
+    def _may_stage(self, name: StageName, destination: Destination) -> bool:
         if destination.is_dmq:
             # A COMMIT plans the sequence numbers its messages get; dead copies that publishing
             # may make go to the dead message queue and would take them first.
@@ -231,8 +244,8 @@ class StageArea:
         self._check_elsewhere(name.sink)
         if self.is_committed(name.sink, name.batch):
             self._dropped_late(name)
-            return None
-        return partial(self._take, name, destination, ttl_ms)
+            return False
+        return True
 
     def _take(
         self, name: StageName, destination: Destination, ttl_ms: int, message: Message
@@ -244,6 +257,17 @@ class StageArea:
         stage = self.get(name) or self._create(name)
         expires = min(self._clock.time_ms() + ttl_ms, MAX_EXPIRES)
         self._add(stage, destination, message, expires)
+
+    def _take_all(
+        self, name: StageName, destination: Destination, ttl_ms: int, messages: list[Message]
+    ) -> None:
+        if self.is_committed(name.sink, name.batch):
+            self._dropped_late(name)
+            return
+        stage = self.get(name) or self._create(name)
+        expires = min(self._clock.time_ms() + ttl_ms, MAX_EXPIRES)
+        for message in messages:
+            self._add(stage, destination, message, expires)
 
     def _add(self, stage: Stage, destination: Destination, message: Message, expires: int) -> None:
         totals = stage.totals.get(destination)

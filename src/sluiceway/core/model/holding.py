@@ -148,3 +148,28 @@ class HoldTimes:
         self.buckets[bisect.bisect_left(HOLD_BUCKETS, seconds)] += 1
         self.count += 1
         self.total += seconds
+
+
+class Sent:
+    """What became of a SEND: the message, and its HeldSend while it waits (else None).
+
+    A class, not a named tuple: one is made per SEND, and a named tuple's __new__ is
+    interpreted Python even in the compiled build."""
+
+    __slots__ = ("held", "message")
+
+    def __init__(self, message: Message, held: HeldSend | None) -> None:
+        self.message = message
+        self.held = held
+
+    # Written out, as a named tuple had them (tests compare and print these); not per message.
+    def __repr__(self) -> str:
+        return f"Sent(message={self.message!r}, held={self.held!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sent):
+            return NotImplemented
+        return (self.message, self.held) == (other.message, other.held)
+
+    def __hash__(self) -> int:
+        return hash((self.message, self.held))

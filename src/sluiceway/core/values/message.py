@@ -11,6 +11,10 @@ DEFAULT_PRIORITY = 4  # JMS default priority; STOMP `priority` header, 0 (lowest
 MAX_EXPIRES: Final = 2**63 - 1  # `expires` and `timestamp` (ms since the epoch) are kept as an i64
 
 
+# One message of a packed SEND: body, own headers, priority, expiry (ms; 0: never), persistent.
+PackedSend = tuple[bytes, tuple[tuple[str, str], ...], int, int, bool]
+
+
 @dataclass(slots=True, eq=False, init=False)
 class Message:
     """One message, shared (never copied) by every subscription it is delivered to.
