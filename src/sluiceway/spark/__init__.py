@@ -28,5 +28,6 @@ __all__ = ["SluicewayDataSource", "register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Register the `sluiceway` format with `spark` (once per session)."""
+    """Register the `sluiceway` format with `spark`, a local or a remote (Spark Connect)
+    session (once per session)."""
     spark.dataSource.register(SluicewayDataSource)
