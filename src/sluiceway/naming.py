@@ -3,7 +3,9 @@
 On the wire a destination is `/queue/NAME` or `/topic/NAME` (ARCHITECTURE.md, wire contract).
 Names are case-sensitive. They may use letters, digits and `.-_$:` characters; `*`, `>` and `#`
 are kept for wildcards, white space and control characters are refused, and names beginning with
-`mq.` belong to the broker (the dead message queue is `/queue/mq.sys.dmq`).
+`mq.` belong to the broker (the dead message queue is `/queue/mq.sys.dmq`). A pattern
+(`parse_pattern`) names several destinations of one kind: `*` stands for one segment of a name
+(the parts between dots), `>` for one or more trailing segments.
 """
 
 from __future__ import annotations
@@ -70,15 +72,93 @@ class DestinationName:
 @lru_cache(maxsize=4096)  # every SEND names one; a few names carry most traffic
 def parse_destination(path: str) -> DestinationName:
     """Parse `/queue/NAME` or `/topic/NAME`; raise ValueError saying what is accepted."""
+    kind, name = _split_path(path)
+    validate_name(name)
+    return DestinationName(kind, name)
+
+
+def _split_path(path: str) -> tuple[DestinationKind, str]:
+    """The kind a destination's prefix names, and the rest of it."""
     for prefix, kind in PREFIXES.items():
         if path.startswith(prefix):
-            name = path[len(prefix) :]
-            validate_name(name)
-            return DestinationName(kind, name)
+            return kind, path[len(prefix) :]
     raise ValueError(
         f"destination {path!r} has an unknown prefix; use /queue/NAME for a queue "
         "or /topic/NAME for a topic"
     )
+
+
+# Wildcards of a destination pattern (`/queue/orders.*`): each stands for whole segments of a
+# name, the parts between its dots. `#` is reserved and means nothing yet.
+ONE_SEGMENT: Final = "*"  # exactly one segment
+REST: Final = ">"  # one or more trailing segments: only as the last segment
+_RESERVED: Final = "#"
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationPattern:
+    """A destination name, or one with wildcards, of one kind: `/topic/orders.*`,
+    `/queue/orders.>`. A wildcard never matches a name of the broker's own (`mq.`): only a
+    pattern whose first segment is `mq` does."""
+
+    kind: DestinationKind
+    name: str
+    path: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", f"/{self.kind.value}/{self.name}")
+
+    @property
+    def is_wildcard(self) -> bool:
+        return ONE_SEGMENT in self.name or REST in self.name
+
+    def matches(self, name: DestinationName) -> bool:
+        if name.kind is not self.kind:
+            return False
+        if not self.is_wildcard:
+            return name.name == self.name
+        wanted, found = self.name.split("."), name.name.split(".")
+        if name.is_system and wanted[0] != "mq":
+            return False
+        if wanted[-1] == REST:
+            wanted = wanted[:-1]
+            if len(found) <= len(wanted):
+                return False
+            found = found[: len(wanted)]
+        elif len(found) != len(wanted):
+            return False
+        return all(w in (ONE_SEGMENT, f) for w, f in zip(wanted, found, strict=True))
+
+    def __str__(self) -> str:
+        return self.path
+
+
+def parse_pattern(path: str) -> DestinationPattern:
+    """Parse `/queue/NAME` or `/topic/NAME` where NAME may have wildcard segments (`*`: one
+    segment, `>`: the rest, last only); raise ValueError saying what is wrong."""
+    kind, name = _split_path(path)
+    _validate_pattern(name)
+    return DestinationPattern(kind, name)
+
+
+def _validate_pattern(name: str) -> None:
+    if _RESERVED in name:
+        raise ValueError(
+            f"destination {name!r}: '#' is reserved; use * for one segment of a name, > for "
+            "the rest"
+        )
+    segments = name.split(".")
+    for index, segment in enumerate(segments):
+        wild = ONE_SEGMENT in segment or REST in segment
+        if wild and segment not in (ONE_SEGMENT, REST):
+            raise ValueError(
+                f"destination {name!r}: a wildcard stands for a whole segment between dots, "
+                f"as in orders.* or orders.>; got {segment!r}"
+            )
+        if segment == REST and index != len(segments) - 1:
+            raise ValueError(f"destination {name!r}: > stands for the rest of a name: last only")
+    # The literal parts follow the rules of names: checked with each wildcard as one letter.
+    validate_name(".".join("x" if s in (ONE_SEGMENT, REST) else s for s in segments))
 
 
 # The client id prefix of the links between cluster members (cluster.demand): a connection whose

@@ -4,8 +4,10 @@ the user sees, and TLS with a password file, end to end."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -19,6 +21,7 @@ from sluiceway.client.tls import TlsSettings
 from sluiceway.errors import ConfigError
 from sluiceway.naming import DestinationKind
 from sluiceway.security.users import UserFile
+from sluiceway.spark import option_names
 from sluiceway.spark.options import (
     DeliveryGuarantee,
     ExpiredLeasePolicy,
@@ -59,7 +62,8 @@ def test_options_are_read_whatever_the_case_spark_stored_them_in() -> None:
     # Spark lower-cases the keys: a plain copy would lose maxMessagesPerTrigger.
     assert "maxMessagesPerTrigger" not in dict(options)
     parsed = source_options(options)
-    assert parsed.destination.kind is DestinationKind.TOPIC
+    assert parsed.destinations.kind is DestinationKind.TOPIC
+    assert parsed.destinations.names == ("/topic/orders",)
     assert parsed.max_messages == 750
     assert parsed.max_bytes == 2 * 1024 * 1024
     assert parsed.min_partitions == 3
@@ -149,6 +153,21 @@ def test_defaults_leave_the_limits_to_the_broker() -> None:
             "SLUICEWAY_TEST_UNSET (passwordEnv) is not set",
         ),
         ({"destination": "/queue/a", "passwordFile": "/none/pw"}, "passwordFile", "cannot read"),
+        (
+            {"destination": "/queue/a,/topic/b"},
+            "destination",
+            "names queues and topics: a source reads queues (by leases) or topics (by cursors)",
+        ),
+        ({"destination": "/queue/a,,/queue/b"}, "destination", "has an empty entry"),
+        ({"destination": "/queue/orders.#"}, "destination", "'#' is reserved"),
+        ({"destination": "/queue/orders*"}, "destination", "a whole segment between dots"),
+        ({"destination": "/queue/>.eu"}, "destination", "last only"),
+        (
+            {"destination": "/topic/a,/topic/b", "startingOffsets": "12"},
+            "startingOffsets",
+            "gives a sequence number, a position in one destination",
+        ),
+        ({"destination": "/queue/q.*", "endingOffsets": "40"}, "endingOffsets", "names several"),
     ],
 )
 def test_a_bad_option_is_refused_naming_it_and_what_it_accepts(
@@ -164,8 +183,65 @@ def test_streams_need_a_group_and_queues_have_no_latest() -> None:
     with pytest.raises(ConfigError, match="group is required"):
         source_options({"destination": "/topic/a"}).stream_group()
     queue = source_options({"destination": "/queue/a", "startingOffsets": "latest"})
-    with pytest.raises(ConfigError, match="does not apply to the queue"):
+    with pytest.raises(ConfigError, match="does not apply to queues"):
         queue.stream_starting()
+
+
+def test_a_source_reads_a_list_of_names_and_patterns_of_one_kind() -> None:
+    listed = source_options(
+        spark_options(destination=" /queue/a, /queue/orders.*,/queue/a,/queue/b.> ")
+    ).destinations
+    assert listed.kind is DestinationKind.QUEUE
+    assert listed.names == ("/queue/a",)
+    assert [pattern.path for pattern in listed.patterns] == ["/queue/orders.*", "/queue/b.>"]
+    assert listed.several
+    assert not source_options({"destination": "/topic/t"}).destinations.several
+    # A sequence number is a position in one destination: fine for one.
+    one = source_options({"destination": "/topic/t", "startingOffsets": "12"})
+    assert one.starting is not None
+    assert one.starting.sequence == 12
+
+
+def test_an_unknown_option_is_refused_naming_the_closest_known_ones() -> None:
+    with pytest.raises(ConfigError) as refused:
+        source_options(spark_options(destination="/queue/a", maxMesagesPerTrigger="10"))
+    assert refused.value.name == "maxmesagespertrigger"  # as Spark hands it over
+    assert str(refused.value) == (
+        "unknown option of the sluiceway source: maxmesagespertrigger (did you mean "
+        "maxMessagesPerTrigger or maxBytesPerTrigger?); its options are listed in docs/spark.md"
+    )
+    with pytest.raises(ConfigError, match=r"deliveryguarantee \(an option of the sink\);"):
+        source_options(spark_options(destination="/queue/a", deliveryGuarantee="atLeastOnce"))
+    with pytest.raises(ConfigError) as refused:
+        sink_options(spark_options(prioriti="3", grop="g"))
+    assert str(refused.value).startswith(
+        "unknown options of the sluiceway sink: grop, prioriti (did you mean priority or port?);"
+    )
+    # What Spark itself puts among the options (test_what_spark_passes_a_data_source).
+    own = {"path": "/x", "checkpointLocation": "/c", "queryName": "q"}
+    source_options(spark_options(destination="/queue/a", **own))
+    sink_options(spark_options(**own))
+
+
+def documented_options(section: str) -> tuple[set[str], set[str]]:
+    """The names in the first column of the table under `### section` of docs/spark.md, and
+    every name the table quotes."""
+    text = (Path(__file__).parents[2] / "docs" / "spark.md").read_text()
+    lines = text.split(f"### {section}\n", 1)[1].splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("|"))
+    table = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
+    rows = [line.split(" | ")[0] for line in table[2:]]
+    first = {name for row in rows for name in re.findall(r"`([A-Za-z]+)`", row)}
+    return first, {name for line in table for name in re.findall(r"`([A-Za-z]+)`", line)}
+
+
+def test_the_documented_options_are_the_known_ones() -> None:
+    named, quoted = documented_options("Source options")
+    assert named <= set(option_names.SOURCE)
+    assert set(option_names.SOURCE) <= quoted  # login and passcode: aliases, in the text
+    named, _ = documented_options("Sink options")
+    assert named <= set(option_names.SINK)
+    assert set(option_names.SINK) - named == {"login", "passcode"}  # "as for the source"
 
 
 def test_sink_options() -> None:
@@ -297,6 +373,23 @@ def test_a_bad_option_stops_a_read_at_load(spark: SparkSession) -> None:
         assert refusal(refused.value).startswith(BAD_READ_SAYS)
 
 
+def test_a_misspelt_option_or_a_mix_of_kinds_stops_a_read_at_load(spark: SparkSession) -> None:
+    # Spark adds `path` (load's argument) to the options: not refused, and not named.
+    typo = {"destination": "/queue/a", "maxMesagesPerTrigger": "10"}
+    mixed = {"destination": "/queue/a,/topic/b"}
+    for reading in ("read", "readStream"):  # a reader keeps its options: a new one each time
+        with pytest.raises(AnalysisException) as refused:
+            getattr(spark, reading).format("sluiceway").options(**typo).load("/somewhere")
+        assert refusal(refused.value) == (
+            "sluiceway.errors.ConfigError: unknown option of the sluiceway source: "
+            "maxmesagespertrigger (did you mean maxMessagesPerTrigger or maxBytesPerTrigger?); "
+            "its options are listed in docs/spark.md"
+        )
+        with pytest.raises(AnalysisException) as refused:
+            getattr(spark, reading).format("sluiceway").options(**mixed).load()
+        assert "names queues and topics: a source reads queues" in refusal(refused.value)
+
+
 def test_a_credential_given_twice_stops_a_batch_write_at_save(spark: SparkSession) -> None:
     frame = spark.createDataFrame([("m",)], "body string")
     writer = frame.write.format("sluiceway").mode("append")
@@ -327,26 +420,39 @@ def test_with_tracebacks_hidden_the_refusal_is_the_first_line(spark: SparkSessio
 
 
 @pytest.mark.timeout(SPARK_WAIT + 60)
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (
+            ("priority", "10"),
+            "option priority='10' is not valid; it must be an integer from 0 to 9",
+        ),
+        (
+            ("maxInflght", "8"),
+            "unknown option of the sluiceway sink: maxinflght (did you mean maxInflight?); its "
+            "options are listed in docs/spark.md",
+        ),
+    ],
+)
 def test_a_stream_writes_bad_option_stops_the_query_at_its_first_batch(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, option: tuple[str, str], says: str
 ) -> None:
-    # Spark runs nothing of a stream's sink at start(): the query starts, then stops.
+    # Spark runs nothing of a stream's sink at start(): the query starts, then stops. Spark
+    # adds checkpointLocation, queryName and start's path to the sink's options: none is named.
     rows = spark.readStream.format("rate").load().selectExpr("CAST(value AS STRING) AS body")
     query = (
         rows.writeStream.format("sluiceway")
-        .option("priority", "10")
+        .option(*option)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
+        .queryName(f"bad_{option[0]}")
+        .start(str(tmp_path / "path"))
     )
     try:
         with pytest.raises(StreamingQueryException) as stopped:
             query.awaitTermination(SPARK_WAIT)
     finally:
         query.stop()
-    assert refusal(stopped.value) == (
-        "sluiceway.errors.ConfigError: option priority='10' is not valid; it must be an integer "
-        "from 0 to 9"
-    )
+    assert refusal(stopped.value) == f"sluiceway.errors.ConfigError: {says}"
 
 
 @pytest.fixture

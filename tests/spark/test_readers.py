@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime
 import pickle
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 import pytest
@@ -15,12 +17,15 @@ from pyspark.sql.types import Row, StructType
 
 from sluiceway.client.pipeline import OutgoingMessage, PipelineConnection, PipelineMessage
 from sluiceway.client.pipeline_packs import MessagePack
+from sluiceway.naming import parse_destination
 from sluiceway.spark.arrow_rows import ARROW_SCHEMA, pack_batch, record_batches
 from sluiceway.spark.errors import DataLossError, SchemaMismatch
 from sluiceway.spark.offsets import (
     LeasePartition,
+    QueueBatch,
     QueueOffset,
     RangePartition,
+    TopicBatch,
     TopicOffset,
     lease_names,
     split_range,
@@ -29,6 +34,7 @@ from sluiceway.spark.options import sink_options, source_options
 from sluiceway.spark.queue import QueueStreamReader
 from sluiceway.spark.reading import Caps
 from sluiceway.spark.rows import SOURCE_SCHEMA, SinkColumns, message_row
+from sluiceway.spark.sharing import fair_shares, rotated, spread
 from sluiceway.spark.sink import SinkRows, checkpoint_query_id
 from sluiceway.spark.topic import TopicStreamReader
 from sluiceway.testing import BrokerThread
@@ -48,12 +54,34 @@ def queue_reader(**options: str) -> QueueStreamReader:
     return QueueStreamReader(source_options({"destination": "/queue/q", "group": "g", **options}))
 
 
-def test_offsets_round_trip_and_belong_to_one_destination() -> None:
-    topic = TopicOffset("/topic/t", 100, 250)
-    assert TopicOffset.parse(topic.to_json(), "/topic/t") == topic
-    queue = QueueOffset("/queue/q", 5_000_003, 2, 3, 500, 0)
-    assert QueueOffset.parse(queue.to_json(), "/queue/q") == queue
+def test_offsets_are_kept_per_destination_and_older_ones_still_read() -> None:
+    topics = TopicBatch({"/topic/t": TopicOffset("/topic/t", 100, 250)})
+    topics.entries["/topic/u"] = TopicOffset("/topic/u", 7, 7)
+    assert topics.to_json() == {
+        "destinations": {
+            "/topic/t": {"start": 100, "sequence": 250},
+            "/topic/u": {"start": 7, "sequence": 7},
+        }
+    }
+    assert TopicBatch.parse(topics.to_json()) == topics
+    assert TopicOffset.parse(topics.to_json(), "/topic/u") == TopicOffset("/topic/u", 7, 7)
+    queue = QueueOffset("/queue/q", 5_000_003, 2, 3, 500, 4096, 1200)
+    queues = QueueBatch({"/queue/q": queue}, 4096, 3)
+    assert QueueBatch.parse(queues.to_json()) == queues
+    assert QueueOffset.parse(queues.to_json(), "/queue/q") == queue
     assert list(queue.lease_numbers()) == [5_000_002, 5_000_003]
+    # Offsets of one destination, written before sources read several, read as that one's.
+    old_topic = {"destination": "/topic/t", "start": 100, "sequence": 250}
+    assert TopicBatch.parse(old_topic).entries == {"/topic/t": TopicOffset("/topic/t", 100, 250)}
+    old_queue = {"destination": "/queue/q", "lease": 9, "leases": 1, "partitions": 1, "size": 5}
+    old = QueueBatch.parse({**old_queue, "bytes": 0})
+    assert (old.entries["/queue/q"], old.bytes, old.turn, old.made) == (
+        QueueOffset("/queue/q", 9, 1, 1, 5, 0),
+        0,
+        0,
+        False,
+    )
+    assert QueueBatch.parse({**old_queue, "bytes": 0, "total": 5}).made
     assert list(lease_names("g", queue)) == [
         "g/5000002",
         "g/5000003",
@@ -62,10 +90,12 @@ def test_offsets_round_trip_and_belong_to_one_destination() -> None:
         "g.2/5000002",
         "g.2/5000003",
     ]
-    with pytest.raises(SchemaMismatch, match="new checkpoint location"):
-        TopicOffset.parse(topic.to_json(), "/topic/other")
+    with pytest.raises(SchemaMismatch, match="no position for '/topic/other'"):
+        TopicOffset.parse(topics.to_json(), "/topic/other")
     with pytest.raises(SchemaMismatch, match="not a sluiceway offset"):
         TopicOffset.parse({"destination": "/topic/t", "start": 1, "sequence": "x"}, "/topic/t")
+    with pytest.raises(SchemaMismatch, match="new checkpoint location"):
+        TopicBatch.parse({"index": 3})
 
 
 def test_a_range_is_cut_into_contiguous_partitions() -> None:
@@ -79,21 +109,27 @@ def test_a_queue_batch_is_planned_as_leases_under_the_caps() -> None:
     reader = queue_reader(minPartitions="3")
     reader._makes_leases = True  # the driver makes the leases, within the batch's caps
     begin = QueueOffset("/queue/q", 1000, 0, 0, 0, 0)
-    plan = reader._plan(begin, 1000, None)
-    assert (plan.lease, plan.leases, plan.partitions, plan.size) == (1001, 1, 3, 334)
-    assert (plan.total, plan.bytes) == (1000, 0)
-    small = reader._plan(begin, 2, 4096)
-    assert (small.partitions, small.size, small.bytes, small.total) == (2, 1, 4096, 2)
+    plan = reader._plan(begin, 1000, 3)
+    assert (plan.lease, plan.leases, plan.partitions, plan.size, plan.total) == (
+        1001,
+        1,
+        3,
+        334,
+        1000,
+    )
+    small = reader._plan(begin, 2, 2)
+    assert (small.partitions, small.size, small.total) == (2, 1, 2)
+    assert reader._batch({"/queue/q": small}, 4096, 1).bytes == 4096
+    assert reader._plan(begin, 0, 0) == QueueOffset("/queue/q", 1000, 0, 0, 0, 0)
     # A batch beyond what one lease may hold takes several leases per partition.
-    huge = queue_reader()
-    huge._makes_leases = True
-    plan = huge._plan(begin, 250_000, None)
+    plan = reader._plan(begin, 250_000, 1)
     assert (plan.lease, plan.leases, plan.size, plan.total) == (1003, 3, 83_334, 250_000)
     # A broker that does not make leases for the driver: each is made by its read, within an
     # equal share of the caps.
     reader._makes_leases = False
-    small = reader._plan(begin, 2, 4096)
-    assert (small.partitions, small.size, small.bytes, small.total) == (2, 1, 2048, None)
+    small = reader._plan(begin, 2, 2)
+    assert (small.partitions, small.size, small.total) == (2, 1, None)
+    assert reader._batch({"/queue/q": small}, 4096, 1).bytes == 2048
 
 
 def test_read_limits_from_spark_become_caps() -> None:
@@ -392,3 +428,129 @@ def test_record_batches_hold_the_rows_message_row_makes(include_headers: bool) -
         assert got == wanted
     assert expected[0]["text"] == "café"
     assert expected[1]["text"] is None  # not UTF-8
+
+
+# -- several destinations ------------------------------------------------------------------------
+
+
+def test_a_batch_s_caps_and_partitions_are_shared_among_its_destinations() -> None:
+    # Max-min fair: what has less than an equal share takes it all; the odd units turn.
+    assert fair_shares({"a": 100, "b": 3, "c": 0}, 20) == {"a": 17, "b": 3, "c": 0}
+    assert fair_shares({"a": 9, "b": 9, "c": 9}, 10, turn=0) == {"a": 4, "b": 3, "c": 3}
+    assert fair_shares({"a": 9, "b": 9, "c": 9}, 10, turn=1) == {"a": 3, "b": 4, "c": 3}
+    assert fair_shares({"a": 5, "b": 5}, 1, turn=1) == {"a": 0, "b": 1}
+    assert fair_shares({"a": 5, "b": 5}, None) == {"a": 5, "b": 5}
+    assert fair_shares({"a": 2, "b": 3}, 10) == {"a": 2, "b": 3}
+    assert rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
+    # Partitions in proportion to the messages, at least one each, at most one per message.
+    assert spread(4, {"a": 17, "b": 3, "c": 0}) == {"a": 3, "b": 1}
+    assert spread(1, {"a": 5, "b": 5}) == {"a": 1, "b": 1}
+    assert spread(8, {"a": 2, "b": 30}) == {"a": 1, "b": 7}
+    assert spread(8, {"a": 1, "b": 2}) == {"a": 1, "b": 2}
+    assert spread(3, {}) == {}
+
+
+def rows_of(reader: QueueStreamReader | TopicStreamReader, parts: Sequence[Any]) -> list[Any]:
+    return [row for part in parts for batch in reader.read(part) for row in batch.to_pylist()]
+
+
+def destroy(broker: BrokerThread, path: str) -> None:
+    assert broker.broker is not None
+    core = broker.broker
+    broker.call(lambda: core.destroy_destination(parse_destination(path)))
+
+
+def test_queues_of_a_pattern_share_the_batch_and_one_destroyed_is_dropped(
+    broker: BrokerThread,
+) -> None:
+    with PipelineConnection(settings(broker)) as connection:
+        connection.send_many(OutgoingMessage("/queue/q.a", bytes(100)) for _ in range(100))
+        connection.send_many(OutgoingMessage("/queue/q.b", bytes(10)) for _ in range(3))
+        connection.head("/queue/q.c")  # made, empty
+    options = {"destination": "/queue/q.*", "port": str(broker.port), "minPartitions": "4"}
+    reader = queue_reader(maxMessagesPerTrigger="20", **options)
+    start = reader.initialOffset()
+    assert sorted(QueueBatch.parse(start).entries) == ["/queue/q.a", "/queue/q.b", "/queue/q.c"]
+    end = reader.latestOffset(start, ReadMaxRows(20))
+    assert reader.reportLatestOffset() == {
+        "destinations": {q: {"waiting": n} for q, n in (("/queue/q.a", 100), ("/queue/q.b", 3))}
+        | {"/queue/q.c": {"waiting": 0}}
+    }
+    planned = QueueBatch.parse(end)
+    assert {q: e.total for q, e in planned.entries.items()} == {
+        "/queue/q.a": 17,
+        "/queue/q.b": 3,
+        "/queue/q.c": None,
+    }
+    parts = reader.partitions(start, end)
+    assert [(p.destination, p.group) for p in parts if isinstance(p, LeasePartition)] == [
+        ("/queue/q.a", "g"),
+        ("/queue/q.a", "g.1"),
+        ("/queue/q.a", "g.2"),
+        ("/queue/q.b", "g"),
+    ]
+    rows = rows_of(reader, parts)
+    assert Counter(row["destination"] for row in rows) == {"/queue/q.a": 17, "/queue/q.b": 3}
+    reader.commit(end)
+    reader.stop()
+    # A queue that is gone is dropped; the byte cap holds for the whole batch.
+    destroy(broker, "/queue/q.b")
+    capped = queue_reader(maxBytesPerTrigger="530", **options)
+    later = capped.latestOffset(end, ReadMaxRows(1000))
+    assert sorted(QueueBatch.parse(later).entries) == ["/queue/q.a", "/queue/q.c"]
+    rows = rows_of(capped, capped.partitions(end, later))
+    assert len(rows) == 5  # five of q.a's 100-byte messages: a sixth would pass 530 bytes
+    capped.stop()
+
+
+def test_a_topic_pattern_picks_a_new_topic_up_from_its_start_and_drops_a_destroyed_one(
+    broker: BrokerThread,
+) -> None:
+    reader = topic_reader(broker, destination="/topic/t.*")
+    with PipelineConnection(settings(broker)) as connection:
+        connection.head("/topic/t.a")
+    start = reader.initialOffset()  # opens t.a's cursor
+    publish(broker, "/topic/t.a", 0, 5)
+    with PipelineConnection(settings(broker)) as connection:
+        connection.head("/topic/t.b")  # a topic that appears while the query runs
+    found = reader.latestOffset(start, ReadMaxRows(1000))
+    assert TopicBatch.parse(found).entries == {
+        "/topic/t.a": TopicOffset("/topic/t.a", 1, 6),
+        "/topic/t.b": TopicOffset("/topic/t.b", 1, 1),  # its cursor opened: it keeps from here
+    }
+    publish(broker, "/topic/t.b", 5, 3)
+    later = reader.latestOffset(found, ReadMaxRows(1000))
+    assert TopicOffset.parse(later, "/topic/t.b") == TopicOffset("/topic/t.b", 1, 4)
+    assert reader.reportLatestOffset() == {
+        "destinations": {"/topic/t.a": {"sequence": 6}, "/topic/t.b": {"sequence": 4}}
+    }
+    rows = rows_of(reader, reader.partitions(found, later))
+    assert [(row["destination"], row["text"]) for row in rows] == [
+        ("/topic/t.b", f"m{i}") for i in range(5, 8)
+    ]
+    reader.commit(later)
+    destroy(broker, "/topic/t.a")
+    assert TopicBatch.parse(reader.latestOffset(later, ReadMaxRows(1000))).entries == {
+        "/topic/t.b": TopicOffset("/topic/t.b", 4, 4)
+    }
+    reader.stop()
+
+
+def test_the_byte_cap_holds_for_all_topics_of_a_batch_shared_between_them(
+    broker: BrokerThread,
+) -> None:
+    topics = ("/topic/u.a", "/topic/u.b")
+    reader = topic_reader(
+        broker, destination=",".join(topics), maxBytesPerTrigger="450", startingOffsets="earliest"
+    )
+    start = reader.initialOffset()
+    with PipelineConnection(settings(broker)) as connection:
+        for topic in topics:
+            connection.send_many(OutgoingMessage(topic, bytes(100)) for _ in range(10))
+    end = reader.latestOffset(start, ReadMaxRows(1000))
+    # u.a first, within half of 450 bytes: two messages; u.b within the 250 left: two more.
+    assert {t: e.width for t, e in TopicBatch.parse(end).entries.items()} == dict.fromkeys(
+        topics, 2
+    )
+    assert sum(len(row["body"]) for row in rows_of(reader, reader.partitions(start, end))) == 400
+    reader.stop()

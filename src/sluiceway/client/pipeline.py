@@ -45,6 +45,13 @@ from sluiceway.client.pipeline_failover import (
     recoverable,
     with_failover,
 )
+from sluiceway.client.pipeline_listing import (
+    DEFAULT_LIST_MAX,
+    Listing,
+    ListRight,
+    list_once,
+    listing_headers,
+)
 from sluiceway.client.pipeline_packs import MessagePack
 from sluiceway.client.pipeline_reads import Read
 from sluiceway.client.pipeline_send_packs import OutgoingPack, packed, unpacked
@@ -381,6 +388,17 @@ class PipelineConnection:
         if self.settings.failover > 0:
             return attempt()  # the read fails over by itself
         return with_failover(self, f"head of {destination}", attempt)
+
+    # -- listing destinations ------------------------------------------------------------------
+
+    def list_destinations(
+        self, pattern: str, *, right: ListRight = ListRight.CONSUME, limit: int = DEFAULT_LIST_MAX
+    ) -> Listing:
+        """The destinations matching `pattern`, a name or one with wildcards (`*` one segment,
+        `>` the rest), among those the user may `right` (consume or browse), sorted; at most
+        `limit` of them (`truncated` says more matched). See pipeline_listing."""
+        headers = listing_headers(pattern, right, limit)
+        return with_failover(self, f"listing of {pattern}", lambda: list_once(self, headers))
 
     # -- topic cursors -----------------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 position it waits for.
 
 They go out in order: a RECEIPT promises that every earlier frame was handled, so nothing
-overtakes a receipt that waits for the journal to sync. MESSAGE frames are not queued here:
-the I/O layer pulls them when the socket can take more (`StompSession.take_payload`).
+overtakes a receipt that waits for the journal to sync. MESSAGE frames are not queued here
+(but the answer to a listing, session.listing, which comes before its RECEIPT): the I/O layer
+pulls them when the socket can take more (`StompSession.take_payload`).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ class ControlFrames:
     def __init__(self, hold_max_messages: int) -> None:
         self._frames: deque[tuple[int, bytes]] = deque()
         # Its bound: frames are handled only while fewer than MAX_WAITING_CONTROL wait, and a
-        # frame queues at most one; a held SEND's answer comes later (at most
-        # imq.producer.hold.max_messages are held); then a closing ERROR and a DISCONNECT's
-        # RECEIPT.
-        self.limit = MAX_WAITING_CONTROL + hold_max_messages + 2
+        # frame queues at most two (a listing: its MESSAGE and its RECEIPT); a held SEND's
+        # answer comes later (at most imq.producer.hold.max_messages are held); then a closing
+        # ERROR and a DISCONNECT's RECEIPT.
+        self.limit = MAX_WAITING_CONTROL + 1 + hold_max_messages + 2
         self.lsn = 0  # the furthest journal position a queued frame named
 
     def __len__(self) -> int:

@@ -55,7 +55,7 @@ from sluiceway.security.access import (
 from sluiceway.security.logins import PendingLogin
 from sluiceway.security.users import Principal
 from sluiceway.session import headers as h
-from sluiceway.session import readers, send_packs, stage_frames
+from sluiceway.session import listing, readers, send_packs, stage_frames
 from sluiceway.session.access import SessionAccess
 from sluiceway.session.checks import acked, check_frame
 from sluiceway.session.control import MAX_WAITING_CONTROL, ControlFrames
@@ -500,6 +500,8 @@ class StompSession:
         self._on_control()
 
     def _on_subscribe(self, frame: Frame) -> Extra:
+        if listing.is_listing(frame):
+            return self._on_list(frame)
         destination = h.destination(frame)
         sub_id = frame.headers.get("id")
         if sub_id is None:
@@ -536,6 +538,12 @@ class StompSession:
             "consumer-flow-threshold": str(flow.threshold),
             "consumer-flow-prefetch": "true" if flow.prefetch else "false",
         }
+
+    def _on_list(self, frame: Frame) -> Extra:
+        """Name the destinations a listing asks for (session.listing): one MESSAGE, at once."""
+        names = (destination.name for destination in self.broker.registry)
+        self._queue(listing.listing(frame, self.version, names, self._access))
+        return None
 
     def _on_unsubscribe(self, frame: Frame) -> Extra:
         core = self._connection()

@@ -5,7 +5,8 @@ copying it into a plain dict and asking for `maxMessagesPerTrigger` finds nothin
 would be silently ignored. Every option is therefore read through `OptionReader`, which looks
 names up lower-cased. A bad value raises ConfigError naming the option and what it accepts.
 Options are strings; times are in seconds (decimals allowed), sizes in bytes with an optional
-`k`, `m` or `g` suffix.
+`k`, `m` or `g` suffix. An option the source or the sink does not know is refused by name
+(option_names), so that a misspelt one is never silently ignored.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from sluiceway.client.tls import TlsSettings, client_context
 from sluiceway.config.properties import int_parser, parse_bool, size_parser
 from sluiceway.errors import ConfigError
 from sluiceway.naming import DestinationKind, DestinationName, parse_destination, validate_name
+from sluiceway.spark import option_names
+from sluiceway.spark.destinations import SourceDestinations, parse_destinations
 
 T = TypeVar("T")
 
@@ -316,7 +319,7 @@ class SourceOptions:
     """Everything the readers need, parsed once on the driver and pickled to executors."""
 
     connection: PipelineSettings
-    destination: DestinationName
+    destinations: SourceDestinations
     group: str | None
     starting: Starting | None  # None: not given (each kind of read has its default)
     ending: int | None  # batch reads: `endingOffsets` (exclusive; None: the head)
@@ -330,7 +333,7 @@ class SourceOptions:
 
     @property
     def is_queue(self) -> bool:
-        return self.destination.kind is DestinationKind.QUEUE
+        return self.destinations.kind is DestinationKind.QUEUE
 
     def stream_starting(self) -> Starting:
         """Where a stream with a new checkpoint starts: by default a topic at its group's
@@ -344,8 +347,8 @@ class SourceOptions:
         ):
             raise ConfigError(
                 "startingOffsets",
-                f"option startingOffsets={starting.position.value} does not apply to the queue "
-                f"{self.destination.path}: a queue stream reads the messages waiting in it "
+                f"option startingOffsets={starting.position.value} does not apply to queues "
+                f"({self.destinations.text}): a queue stream reads the messages waiting in them "
                 "(earliest or committed)",
             )
         return Starting(StartingPosition.EARLIEST)
@@ -362,19 +365,26 @@ class SourceOptions:
 
 
 def source_options(options: Mapping[str, str]) -> SourceOptions:
+    option_names.check_names(options, option_names.SOURCE, "source", option_names.SINK)
     reader = OptionReader(options)
-    destination = _destination(
-        reader, "destination", "the queue or topic to read, /queue/NAME or /topic/NAME"
+    destinations = parse_destinations(
+        reader.required(
+            "destination",
+            "the queues or topics to read: /queue/NAME or /topic/NAME, several separated by "
+            "commas, or a pattern such as /topic/orders.*",
+        )
     )
     starting = _starting(reader, "startingOffsets")
     ending_text = reader.text("endingOffsets")
     ending = None
     if ending_text is not None and ending_text.strip().lower() not in ("", "latest"):
         ending = reader.integer("endingOffsets", 0)
+    if destinations.several:
+        _one_destination_positions(destinations, starting, ending)
     ttl = reader.seconds("leaseTtlSec", None)
     return SourceOptions(
         connection=connection_settings(reader),
-        destination=destination,
+        destinations=destinations,
         group=_group(reader, "group"),
         starting=starting,
         ending=ending,
@@ -385,6 +395,24 @@ def source_options(options: Mapping[str, str]) -> SourceOptions:
         include_headers=reader.boolean("includeHeaders", True),
         lease_ttl_ms=None if ttl is None else round(ttl * 1000),
         on_expired_lease=_policy(reader),
+    )
+
+
+def _one_destination_positions(
+    destinations: SourceDestinations, starting: Starting | None, ending: int | None
+) -> None:
+    """A sequence number is a position in one destination: refused for several."""
+    if starting is not None and starting.position is StartingPosition.SEQUENCE:
+        named = "startingOffsets"
+    elif ending is not None:
+        named = "endingOffsets"
+    else:
+        return
+    raise ConfigError(
+        named,
+        f"option {named} gives a sequence number, a position in one destination, but option "
+        f"destination={destinations.text!r} names several: use earliest, latest or committed, "
+        "or read each destination with a source of its own",
     )
 
 
@@ -408,6 +436,7 @@ class SinkOptions:
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
+    option_names.check_names(options, option_names.SINK, "sink", option_names.SOURCE)
     reader = OptionReader(options)
     destination = None
     if reader.text("destination"):

@@ -1,12 +1,13 @@
-"""Streaming from a queue: durable numbered leases, acknowledged once Spark has committed.
+"""Streaming from queues: durable numbered leases, acknowledged once Spark has committed.
 
 A queue has no position to replay from: a message read is gone for everyone else. So a batch
 reads leases (pipelines-protocol.md, "Queue leases"): `latestOffset` plans the next batch as
-lease numbers and caps; `partitions` makes the leases, one after the other, each within what
-the ones before left of the batch's caps (`maxMessagesPerTrigger`, `maxBytesPerTrigger`), so a
-batch never exceeds them however many partitions it has; the tasks read them, and every later
-read (a replay after a crash, a retried task) returns the same messages. Spark's commit
-acknowledges the leases, and their messages are consumed.
+lease numbers and caps, per queue; `partitions` makes the leases, one after the other, each
+within what the ones before left of the batch's caps (`maxMessagesPerTrigger`,
+`maxBytesPerTrigger`, shared among the queues as `sharing` says), so a batch never exceeds them
+however many queues and partitions it has; the tasks read them, and every later read (a replay
+after a crash, a retried task) returns the same messages. Spark's commit acknowledges the
+leases, and their messages are consumed.
 
 Acknowledging waits until Spark has committed the batch: Spark writes `commits/N` before it
 plans batch N+1, so the leases of the batch that ends at `start` are acknowledged in
@@ -14,11 +15,12 @@ plans batch N+1, so the leases of the batch that ends at `start` are acknowledge
 batch late, and never for the last batch of a run). Otherwise the last lease of a stream that
 goes idle would expire and its messages come back as duplicates.
 
-A query with a new checkpoint numbers its leases after the highest number its lease groups used
-before, as the broker reports it (`lease-high`): the broker makes a lease only above those, and
-no clock is involved. A broker that predates that report (and making leases without reading
-them) gets the older scheme: numbers from its clock in milliseconds times 1000, leases made by
-their first read, each within an equal share of the caps.
+A queue the query has no position for (a new checkpoint, or a queue a pattern matches for the
+first time) numbers its leases after the highest number its lease groups used before, as the
+broker reports it (`lease-high`): the broker makes a lease only above those, and no clock is
+involved. A broker that predates that report (and making leases without reading them) gets the
+older scheme: numbers from its clock in milliseconds times 1000, leases made by their first
+read, each within an equal share of the caps. A queue that is gone is dropped from the offsets.
 """
 
 from __future__ import annotations
@@ -38,9 +40,16 @@ from sluiceway.client.pipeline_packs import MessagePack
 from sluiceway.errors import BrokerError, NotFound, Unavailable
 from sluiceway.spark.arrow_rows import PACK, pack_batches
 from sluiceway.spark.errors import LeaseExpiredError, UnsupportedBroker
-from sluiceway.spark.offsets import LeasePartition, QueueOffset, lease_group, lease_names
+from sluiceway.spark.offsets import (
+    LeasePartition,
+    QueueBatch,
+    QueueOffset,
+    lease_group,
+    lease_names,
+)
 from sluiceway.spark.options import ExpiredLeasePolicy, SourceOptions
-from sluiceway.spark.reading import DriverSide
+from sluiceway.spark.reading import Caps, DriverSide, flow_limit
+from sluiceway.spark.sharing import fair_shares, rotated, spread
 
 log = logging.getLogger("sluiceway.spark")
 
@@ -51,7 +60,7 @@ _LEASES_PER_MS: Final = 1000
 
 
 class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """`readStream.format("sluiceway")` on `/queue/NAME`."""
+    """`readStream.format("sluiceway")` on `/queue/NAME` (or several, or a pattern)."""
 
     def __init__(self, options: SourceOptions) -> None:
         # No I/O here: Spark builds the reader twice per query (runner and planner).
@@ -59,36 +68,37 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.group = options.stream_group()
         options.stream_starting()  # refuses a starting position a queue does not have
         self.driver = DriverSide(options)
-        self.destination = options.destination.path
-        self._initial: QueueOffset | None = None
-        self._target: int | None = None  # Trigger.AvailableNow: the head-sequence at start
-        self._acked_through: int | None = None  # the last lease number acknowledged here
+        self._initial: QueueBatch | None = None
+        # Trigger.AvailableNow: each queue's head-sequence at start (only those are read).
+        self._targets: dict[str, int] | None = None
+        self._acked: dict[str, int] = {}  # per queue, the last lease number acknowledged here
         self._makes_leases: bool | None = None  # the broker makes leases for the driver
+        self._latest: dict[str, object] | None = None  # what waited, for Spark's progress
 
     # -- positions -------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, object]:
         # Spark asks twice on a fresh query: computed once, so both answers agree.
         if self._initial is None:
-            base = self._highest_used()
-            if base is None:
-                base = _broker_clock_ms(self._head()) * _LEASES_PER_MS
-            self._initial = QueueOffset(self.destination, base, 0, 0, 0, 0)
-            log.info(
-                "queue %s, group %s: leases start after number %d",
-                self.destination,
-                self.group,
-                base,
-            )
+            queues = self.driver.resolve()
+            self._initial = QueueBatch({q: self._first_position(q) for q in queues})
         return self._initial.to_json()
 
-    def _highest_used(self) -> int | None:
-        """The highest lease number this query's lease groups used (0 when none did); None
-        when the broker does not say (it predates `lease-high`)."""
+    def _first_position(self, queue: str) -> QueueOffset:
+        """Where `queue`'s lease numbers start when the query has no position for it."""
+        base = self._highest_used(queue)
+        if base is None:
+            base = _broker_clock_ms(self._head(queue)) * _LEASES_PER_MS
+        log.info("queue %s, group %s: leases start after number %d", queue, self.group, base)
+        return QueueOffset(queue, base, 0, 0, 0, 0)
+
+    def _highest_used(self, queue: str) -> int | None:
+        """The highest lease number this query's lease groups used on `queue` (0 when none
+        did); None when the broker does not say (it predates `lease-high`)."""
         connection, highest = self.driver.connection, 0
         for partition in range(self.options.min_partitions):
             name = f"{lease_group(self.group, partition)}/0"
-            end = connection.read_lease(self.destination, name, create=False, messages=False)
+            end = connection.read_lease(queue, name, create=False, messages=False)
             marker = end.drain()
             self._makes_leases = marker.lease_high is not None
             if marker.lease_high is None:
@@ -96,8 +106,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             highest = max(highest, marker.lease_high)
         return highest
 
-    def _head(self) -> EndMarker:
-        marker = self.driver.head()
+    def _head(self, queue: str) -> EndMarker:
+        marker = self.driver.head(queue)
         if marker.message_count is None:
             raise UnsupportedBroker(
                 f"the broker at {self.options.connection.host}:{self.options.connection.port} "
@@ -107,143 +117,194 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return marker
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.driver.max_messages())
+        return ReadMaxRows(self.driver.default_messages())
 
     def prepareForTriggerAvailableNow(self) -> None:
         # The last sequence number handed out when the run starts: the run ends once no
         # message up to it waits. Counting messages instead would be thrown off by leases that
         # take fewer than planned (imq.lease.max_bytes).
-        self._target = self._head().head_sequence
-        log.info("queue %s: available-now run up to sequence %d", self.destination, self._target)
+        queues = self.driver.resolve()
+        self._targets = {q: self._head(q).head_sequence for q in queues}
+        log.info("queues: available-now run up to sequences %s", self._targets)
+
+    def reportLatestOffset(self) -> dict[str, object] | None:
+        """The messages waiting in each queue when the last batch was planned (`waiting`, that
+        batch's included): Spark shows it as the source's `latestOffset` in its progress."""
+        return self._latest
 
     def latestOffset(self, start: dict[str, object], limit: ReadLimit) -> dict[str, object]:
-        begin = QueueOffset.parse(start, self.destination)
+        begin = QueueBatch.parse(start)
         self._acknowledge(begin)
-        marker = self._head()
-        waiting = marker.message_count or 0
-        if waiting == 0:
-            return start
+        queues = self.driver.resolve()
+        if self._targets is not None:
+            queues = [q for q in queues if q in self._targets]
         caps = self.driver.caps(limit)
-        total = waiting if caps.messages is None else min(waiting, caps.messages)
-        if self._target is not None:
+        markers = {q: self._head(q) for q in queues}
+        self._latest = {
+            "destinations": {q: {"waiting": m.message_count or 0} for q, m in markers.items()}
+        }
+        demands = {q: self._demand(q, markers[q], caps) for q in queues}
+        shares = fair_shares(demands, caps.messages, begin.turn)
+        if set(queues) == set(begin.entries) and not any(shares.values()):
+            return start
+        parts = spread(self.options.min_partitions, shares)
+        planned = {}
+        for queue in queues:
+            known = begin.entries.get(queue) or self._first_position(queue)
+            planned[queue] = self._plan(known, shares[queue], parts.get(queue, 0))
+        return self._batch(planned, caps.bytes, begin.turn + 1).to_json()
+
+    def _demand(self, queue: str, marker: EndMarker, caps: Caps) -> int:
+        """How many messages `queue` may give the next batch."""
+        waiting = marker.message_count or 0
+        if caps.flow_limited:
+            waiting = min(waiting, flow_limit(marker))
+        if self._targets is not None:
             # A queue is read oldest first: at most the messages from the oldest waiting one
             # up to the recorded head (fewer if some were consumed by others meanwhile).
-            first = marker.first_sequence
-            if first is None or first > self._target:
-                return start
-            total = min(total, self._target - first + 1)
-        return self._plan(begin, total, caps.bytes).to_json()
+            first, target = marker.first_sequence, self._targets[queue]
+            if first is None or first > target:
+                return 0
+            waiting = min(waiting, target - first + 1)
+        return waiting
 
-    def _plan(self, begin: QueueOffset, total: int, max_bytes: int | None) -> QueueOffset:
-        """Leases for `total` messages: spread over the partitions, each under LEASE_CHUNK."""
-        partitions = max(1, min(self.options.min_partitions, total))
+    def _plan(self, begin: QueueOffset, total: int, partitions: int) -> QueueOffset:
+        """Leases for `total` messages of one queue: spread over `partitions` lease groups,
+        each under LEASE_CHUNK (none when `total` is 0)."""
+        queue = begin.destination
+        if total == 0 or partitions == 0:
+            return QueueOffset(queue, begin.lease, 0, 0, 0, 0)
         per_partition = math.ceil(total / partitions)
         leases = math.ceil(per_partition / LEASE_CHUNK)
         size = math.ceil(per_partition / leases)
         if self._makes_leases is None:
-            self._highest_used()  # asks the broker what it supports
-        if self._makes_leases:
-            batch_bytes = 0 if max_bytes is None else max_bytes
-            return QueueOffset(
-                self.destination, begin.lease + leases, leases, partitions, size, batch_bytes, total
-            )
-        lease_bytes = 0 if max_bytes is None else max(1, max_bytes // (partitions * leases))
-        return QueueOffset(
-            self.destination, begin.lease + leases, leases, partitions, size, lease_bytes
-        )
+            self._highest_used(queue)  # asks the broker what it supports
+        made_total = total if self._makes_leases else None
+        return QueueOffset(queue, begin.lease + leases, leases, partitions, size, 0, made_total)
+
+    def _batch(
+        self, planned: dict[str, QueueOffset], max_bytes: int | None, turn: int
+    ) -> QueueBatch:
+        """The batch of the queues' plans, with its byte cap: for the whole batch when the driver
+        makes the leases, else an equal share for each lease."""
+        batch_bytes = 0 if max_bytes is None else max_bytes
+        if max_bytes is not None and not self._makes_leases:
+            leases = sum(entry.leases * entry.partitions for entry in planned.values())
+            batch_bytes = max(1, max_bytes // max(1, leases))
+        return QueueBatch(planned, batch_bytes, turn)
 
     # -- batches ---------------------------------------------------------------------------------
 
     def partitions(
         self, start: dict[str, object], end: dict[str, object]
     ) -> Sequence[InputPartition]:
-        last = QueueOffset.parse(end, self.destination)
-        if start == end or last.leases == 0:
+        batch = QueueBatch.parse(end)
+        leased = batch.leased()
+        if start == end or not leased:
             return []
-        self._acknowledge(QueueOffset.parse(start, self.destination))
-        made = last.total is not None
+        self._acknowledge(QueueBatch.parse(start))
+        made = batch.made
         if made:
-            self._make_leases(last)
-        numbers = last.lease_numbers()
+            self._make_leases(batch)
         return [
             LeasePartition(
-                self.destination,
+                entry.destination,
                 lease_group(self.group, partition),
-                numbers.start,
-                numbers.stop - 1,
-                last.size,
-                last.bytes,
+                entry.lease_numbers().start,
+                entry.lease,
+                entry.size,
+                batch.bytes,
                 made,
             )
-            for partition in range(last.partitions)
+            for entry in leased
+            for partition in range(entry.partitions)
         ]
 
-    def _make_leases(self, offset: QueueOffset) -> None:
-        """Make the batch's leases in order, each within what the ones before left of its caps
-        (a replay finds them made, with the same messages, and the same caps left). The first
-        may take one message over the byte cap, so that a message larger than it is read; the
-        others never go over. Leases the caps left nothing for are not made: their reads find
-        them `unread`, and read nothing."""
-        assert offset.total is not None
-        connection = self.driver.connection
-        messages, size_left = offset.total, offset.bytes or None
+    def _make_leases(self, batch: QueueBatch) -> None:
+        """Make the batch's leases in order, queue after queue (in the order of the batch's
+        turn), each within what the ones before left of its caps: a queue at most its `total`
+        messages and an equal share of the bytes the queues before it left (a replay finds the
+        leases made, with the same messages, and the same caps left). The first lease that
+        takes a message may take one over the byte cap, so that a message larger than it is
+        read; the others never go over. Leases the caps left nothing for are not made: their
+        reads find them `unread`, and read nothing."""
+        order = rotated(batch.leased(), batch.turn)
+        left = batch.bytes or None
         first = True
-        for name in lease_names(self.group, offset):
-            if messages <= 0 or (size_left is not None and size_left <= 0):
-                return
+        for index, entry in enumerate(order):
+            share = None if left is None else left // (len(order) - index)
+            used, took = self._make_queue_leases(entry, share, first=first)
+            first = first and not took
+            if left is not None:
+                left -= used
+
+    def _make_queue_leases(
+        self, entry: QueueOffset, share: int | None, *, first: bool
+    ) -> tuple[int, bool]:
+        """Make one queue's leases of a batch within `total` messages and `share` bytes; the
+        bytes they took, and whether they took a message."""
+        assert entry.total is not None
+        connection = self.driver.connection
+        messages, size_left, used, took = entry.total, share, 0, False
+        for name in lease_names(self.group, entry):
+            out_of_bytes = size_left is not None and size_left <= 0
+            if messages <= 0 or (out_of_bytes and not (first and not took)):
+                break
             read = connection.read_lease(
-                self.destination,
+                entry.destination,
                 name,
-                max_messages=min(offset.size, messages),
-                max_bytes=size_left,
+                max_messages=min(entry.size, messages),
+                max_bytes=None if size_left is None else max(1, size_left),
                 ttl_ms=self.options.lease_ttl_ms,
-                strict_bytes=not first,
+                strict_bytes=not (first and not took),
                 messages=False,
             )
             end = read.drain()
-            first = False
             if end.lease_state is LeaseState.OPEN:
                 messages -= end.lease_count or 0
+                used += end.lease_bytes or 0
+                took = took or bool(end.lease_count)
                 if size_left is not None:
                     size_left -= end.lease_bytes or 0
+        return used, took
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, LeasePartition)
         return read_lease_rows(self.options, partition)
 
     def commit(self, end: dict[str, object]) -> None:
-        self._acknowledge(QueueOffset.parse(end, self.destination))
+        self._acknowledge(QueueBatch.parse(end))
 
-    def _acknowledge(self, offset: QueueOffset) -> None:
-        """Acknowledge the leases of the batch that ends at `offset` (Spark committed it)."""
-        if offset.leases == 0:
-            return
-        if self._acked_through is not None and offset.lease <= self._acked_through:
-            return
-        connection = self.driver.connection
-        for name in lease_names(self.group, offset):
+    def _acknowledge(self, batch: QueueBatch) -> None:
+        """Acknowledge the leases of the batch that ends at `batch` (Spark committed it)."""
+        for entry in batch.leased():
+            if entry.lease <= self._acked.get(entry.destination, -1):
+                continue
+            self._acknowledge_queue(entry)
+            self._acked[entry.destination] = entry.lease
+
+    def _acknowledge_queue(self, entry: QueueOffset) -> None:
+        queue, connection = entry.destination, self.driver.connection
+        for name in lease_names(self.group, entry):
             try:
-                state = connection.ack_lease(self.destination, name)
+                state = connection.ack_lease(queue, name)
             except NotFound:
-                continue  # never made: the batch's caps left nothing for it
+                continue  # never made (the batch's caps left nothing for it), or queue gone
             except Unavailable:
                 # Its member could not be reached within failoverDeadlineSec: stop, rather than
                 # leave the lease to expire and its messages to be read twice. A restarted
                 # query acknowledges the leases of its last committed batch again.
                 raise
             except BrokerError as exc:
-                log.warning(
-                    "queue %s: acknowledging lease %s failed: %s", self.destination, name, exc
-                )
+                log.warning("queue %s: acknowledging lease %s failed: %s", queue, name, exc)
                 continue
             if state is LeaseState.EXPIRED:
                 log.warning(
                     "queue %s: lease %s expired before Spark committed its batch; its messages "
                     "went back to the queue and will be read again (raise leaseTtlSec)",
-                    self.destination,
+                    queue,
                     name,
                 )
-        self._acked_through = offset.lease
 
     def stop(self) -> None:
         self.driver.close()

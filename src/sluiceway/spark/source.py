@@ -1,7 +1,8 @@
 """The `sluiceway` data source: one class that Spark asks for readers and writers.
 
-Options are checked at the first moment Spark runs the data source's code, so that a bad one
-stops the query before it starts, with a ConfigError that names it:
+Options are checked at the first moment Spark runs the data source's code, so that a bad one,
+or one whose name the source or sink does not know, stops the query before it starts, with a
+ConfigError that names it:
 
 - reads, batch and streaming: at `load()`, where Spark asks for the schema (`schema()`). A read
   given a schema of its own (`.schema(...)`) runs nothing at `load()`: its options are checked
