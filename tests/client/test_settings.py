@@ -140,9 +140,3 @@ def test_address_schemes_say_plain_or_tls_and_do_not_mix() -> None:
         parse_address_list("ssl://a")
     with pytest.raises(ValueError, match="not 'stomp://a:1' with 'ssl://b:2'"):
         parse_address_list("stomp://a:1,ssl://b:2")
-
-
-def test_the_asyncio_client_refuses_tls_addresses() -> None:
-    with pytest.raises(ConfigError, match="connects over plain TCP") as refused:
-        ConnectionFactory("ssl://127.0.0.1:61614")
-    assert refused.value.name == "addresses"

@@ -1,7 +1,8 @@
 """The machinery of an asyncio client connection: opening, routing, requests, reconnecting.
 
-`Link` opens one STOMP session to the first broker address that answers, sends Open MQ's
-connection-level flow settings on CONNECT, and routes incoming MESSAGE frames to its consumers;
+`Link` opens one STOMP session to the first broker address that answers (over TLS when the
+settings say so: `tls`), sends Open MQ's connection-level flow settings on CONNECT, and routes
+incoming MESSAGE frames to its consumers;
 `connection.Connection` adds the making of sessions on top. Consumers and sessions are known
 here only by what the link asks of them (`Subscriber`, `LinkedSession`), so this module depends
 on nothing above it. When the connection is lost:
@@ -14,6 +15,10 @@ on nothing above it. When the connection is lost:
   ConnectionClosedError (the broker may or may not have them), an open transaction is rolled back
   (its commit raises TransactionRolledBackError), and operations started while reconnecting wait
   for the outcome. If every attempt fails, everything fails with ConnectFailedError.
+
+A TLS certificate the client does not accept, or an address that does not speak TLS, raises
+TlsError at once, on opening as on reconnecting: no other address or attempt is tried, since
+only the settings (or the broker's certificate) can fix it.
 """
 
 from __future__ import annotations
@@ -22,11 +27,13 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Final, Protocol
 
 from sluiceway.client.protocol import ConnectRequest, heartbeat_intervals
 from sluiceway.client.settings import ClientSettings
+from sluiceway.client.tls import TlsError, client_context, handshake_failed
 from sluiceway.client.wire import Wire
 from sluiceway.errors import (
     BrokerError,
@@ -40,7 +47,7 @@ from sluiceway.protocol.frames import Frame
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT: Final = 10.0  # seconds for TCP connect plus CONNECTED, when imqAckTimeout is 0
+CONNECT_TIMEOUT: Final = 10.0  # seconds for TCP connect, TLS and CONNECTED, when imqAckTimeout is 0
 CLOSE_TIMEOUT: Final = 5.0  # seconds to wait for the RECEIPT of DISCONNECT
 
 
@@ -73,6 +80,8 @@ class Link:
 
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
+        # Made before any socket, so that a CA file that cannot be read is a ConfigError at once.
+        self._tls_context = None if settings.tls is None else client_context(settings.tls)
         self._wire: Wire | None = None
         self._available = asyncio.Event()  # set while connected, and once closed for good
         self._failure: BaseException | None = None
@@ -110,8 +119,8 @@ class Link:
                 for attempt in range(1, in_a_row + 1):
                     try:
                         return await self._connect_once(host, port)
-                    except BrokerError:
-                        raise  # the broker answered and refused: retrying will not help
+                    except (BrokerError, TlsError):
+                        raise  # refused by the broker, or its certificate: retrying cannot help
                     except (OSError, ClientError, ProtocolError, TimeoutError) as exc:
                         failures.append(f"{host}:{port}: {exc}")
                         del failures[:-5]
@@ -126,7 +135,7 @@ class Link:
     async def _connect_once(self, host: str, port: int) -> Wire:
         timeout = self.settings.ack_timeout or CONNECT_TIMEOUT
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(host, port)
+            reader, writer = await self._open_stream(host, port)
         wire = Wire(reader, writer, self._on_frame, self._on_lost)
         request = self._connect_request(host)
         try:
@@ -139,6 +148,22 @@ class Link:
             raise
         wire.start(*heartbeat_intervals(request.heartbeat_ms, connected))
         return wire
+
+    async def _open_stream(
+        self, host: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection to `host`:`port`, TLS on top when the settings say so: the broker's
+        certificate checked against the CA file, and (unless turned off) against `host`."""
+        context = self._tls_context
+        if context is None:
+            return await asyncio.open_connection(host, port)
+        try:
+            return await asyncio.open_connection(host, port, ssl=context, server_hostname=host)
+        except ssl.SSLError as exc:  # (an OSError too: one that may pass is left as such)
+            refused = handshake_failed(exc, f"{host}:{port}")
+            if refused is not None:
+                raise refused from None
+            raise
 
     def _connect_request(self, host: str) -> ConnectRequest:
         settings = self.settings

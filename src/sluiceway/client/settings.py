@@ -6,7 +6,8 @@ in seconds. A bad value raises ConfigError at construction, naming the attribute
 
 Attributes (Open MQ name: keyword, default; meaning):
 
-- imqAddressList: address, stomp://127.0.0.1:61613; comma-separated addresses, tried in order
+- imqAddressList: address, stomp://127.0.0.1:61613; comma-separated addresses, tried in order;
+  `ssl://HOST:PORT` (or `stomp+ssl://`) for STOMP over TLS
 - imqAddressListIterations: address_list_iterations, 1; passes over the list per (re)connect
 - imqDefaultUsername / imqDefaultPassword: username / password, none; STOMP login / passcode
   (the password is never shown: not in the repr of the settings, nor in any error message);
@@ -29,6 +30,11 @@ Attributes (Open MQ name: keyword, default; meaning):
 - imqReconnectInterval: reconnect_interval, 3000 ms / 3.0 s; pause between attempts
 - imqPingInterval: ping_interval, 30 s; heart-beat interval both ways (0: none)
 - imqQueueBrowserMaxMessagesPerRetrieve: queue_browser_max_messages_per_retrieve, 1000
+
+TLS has a keyword and no Open MQ attribute (Open MQ's Java clients take whom they trust from the
+JVM's trust store): `tls`, a `TlsSettings` (client/tls.py: the CA file, the host name check), as
+the pipeline client takes it. `ssl://` addresses turn TLS on with the system's CAs unless `tls`
+says otherwise; bare `HOST:PORT` addresses speak TLS when `tls` is given.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from sluiceway.client.credentials import CREDENTIAL_ALIASES, credential
+from sluiceway.client.tls import TlsSettings
 from sluiceway.config import int_parser, parse_bool
 from sluiceway.errors import ConfigError
 from sluiceway.javaprops import load_properties
@@ -145,12 +152,12 @@ def _credential_check(value: Any) -> str | None:
     return None if text is None else _credential_text(text)
 
 
-def _addresses_check(value: Any) -> tuple[tuple[str, int], ...]:
+def _addresses_check(value: Any) -> AddressList:
     if isinstance(value, tuple):
-        return value
+        return AddressList(value, None)
     if not isinstance(value, str):
         raise TypeError("a string such as stomp://127.0.0.1:61613")
-    return parse_addresses(value)
+    return parse_address_list(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,18 +206,6 @@ def parse_address_list(text: str) -> AddressList:
     return AddressList(tuple(addresses), next(iter(schemes), None))
 
 
-def parse_addresses(text: str) -> tuple[tuple[str, int], ...]:
-    """`stomp://host:port[,stomp://host:port...]` (or bare `host:port`) into (host, port) pairs:
-    the addresses of the asyncio client, which speaks plain STOMP only."""
-    parsed = parse_address_list(text)
-    if parsed.tls:
-        raise ValueError(
-            "addresses of the form stomp://HOST:PORT: this client connects over plain TCP "
-            "(the pipeline client and the Spark connector speak TLS)"
-        )
-    return parsed.addresses
-
-
 def _ms_to_seconds(text: str) -> float | None:
     return int_parser(minimum=0)(text) / 1000 or None
 
@@ -227,9 +222,11 @@ def _optional_bool_text(text: str) -> bool | None:
 class ClientSettings:
     """Every attribute of a connection factory, validated."""
 
+    # Read as an AddressList (addresses and scheme); build_settings keeps the addresses here and
+    # what the scheme says in `tls`.
     addresses: tuple[tuple[str, int], ...] = attr(
         "imqAddressList",
-        parse_addresses,
+        parse_address_list,
         _addresses_check,
         ((("127.0.0.1", DEFAULT_PORT)),),
         "broker addresses, tried in order",
@@ -334,6 +331,8 @@ class ClientSettings:
         1000,
         "browser batch size",
     )
+    # Whom a TLS connection trusts; None: plain TCP. A keyword only (see the module's doc).
+    tls: TlsSettings | None = None
 
     @property
     def consumer_window(self) -> int:
@@ -353,6 +352,7 @@ class ClientSettings:
 ATTRIBUTES: Final = {
     f.metadata["attribute"].name: (f.name, f.metadata["attribute"])
     for f in dataclasses.fields(ClientSettings)
+    if "attribute" in f.metadata
 }
 KEYWORDS: Final = dict(ATTRIBUTES.values())
 _HIDDEN: Final = "(hidden)"  # stands for a secret's value in error messages
@@ -385,6 +385,7 @@ def build_settings(
             raise ConfigError(name, f"{name} has the value {shown}; accepted: {exc}") from None
     if address is not None:
         keywords["addresses"] = address
+    tls = _tls_check(keywords.pop("tls", None))
     for alias, name in CREDENTIAL_ALIASES.items():
         if alias in keywords:
             keywords[name] = credential(name, keywords.get(name), alias, keywords.pop(alias))
@@ -394,7 +395,7 @@ def build_settings(
             raise ConfigError(
                 keyword,
                 f"unknown connection-factory keyword {keyword!r}; "
-                f"known keywords: {', '.join(sorted(KEYWORDS))}",
+                f"known keywords: {', '.join(sorted([*KEYWORDS, 'tls']))}",
             )
         try:
             values[keyword] = attribute.check(value)
@@ -403,4 +404,40 @@ def build_settings(
             raise ConfigError(
                 keyword, f"{keyword} ({attribute.name}) = {shown}; accepted: {exc}"
             ) from None
-    return ClientSettings(**values)
+    listed = values.pop("addresses", None)
+    if listed is not None:
+        values["addresses"] = listed.addresses
+    return ClientSettings(**values, tls=_transport(listed, tls))
+
+
+def _tls_check(value: Any) -> TlsSettings | None:
+    if value is None or isinstance(value, TlsSettings):
+        return value
+    raise ConfigError(
+        "tls",
+        f"tls = {value!r}; accepted: a TlsSettings (from sluiceway.client.tls) saying whom to "
+        "trust, or None for plain TCP",
+    )
+
+
+def _transport(listed: AddressList | None, tls: TlsSettings | None) -> TlsSettings | None:
+    """The TLS of the connections: what the addresses' scheme says (`ssl://`: TLS, trusting the
+    system's CAs unless `tls` names a CA file), else `tls`. `tls` with `stomp://` addresses, or
+    with no address at all (the default one is a plain port), raises ConfigError."""
+    if listed is None and tls is not None:
+        raise ConfigError(
+            "addresses",
+            "tls is given but no address: STOMP over TLS has no default port; give the "
+            "broker's imq.stomp.tls.port as address='ssl://HOST:PORT'",
+        )
+    if listed is None or listed.tls is None:
+        return tls
+    if not listed.tls:
+        if tls is not None:
+            raise ConfigError(
+                "tls",
+                "tls is given with stomp:// addresses, which speak plain TCP: give ssl://HOST:PORT "
+                "addresses (the broker's imq.stomp.tls.port), or leave tls out",
+            )
+        return None
+    return tls if tls is not None else TlsSettings()
