@@ -1,7 +1,9 @@
 """Messages per second through the Spark streaming source, beside Spark's floor for Python sources.
 
 Three runs of the same query (readStream, Trigger.AvailableNow, at most 100,000 messages per
-micro-batch, into Spark's `noop` sink), in one local Spark session (local[2]):
+micro-batch, into Spark's `noop` sink), in one Spark session: local (local[2]), or with
+`--master standalone` on a standalone cluster started here for the runs (spark_cluster.py: a
+master and two workers of one core and 1 GiB each, stopped at the end):
 
 - `topic`: the `sluiceway` source on a topic (range reads by sequence number, a cursor);
 - `queue`: the `sluiceway` source on a queue (durable leases, acknowledged as batches commit);
@@ -11,15 +13,18 @@ micro-batch, into Spark's `noop` sink), in one local Spark session (local[2]):
 
 A first, untimed query warms the session up. The broker (a separate process) is filled before
 each run with 1 KiB non-persistent messages; filling is not timed. The time is from `start()` to
-the end of the query. Prints a line per run and writes benchmarks/results/spark_source.json.
+the end of the query. Prints a line per run and writes benchmarks/results/spark_source.json
+(spark_source-standalone.json for the cluster; `--results PATH` writes elsewhere).
 
     .venv/bin/python benchmarks/spark_source.py [--messages 300000] [--runs topic,queue,synthetic]
+        [--master local|standalone]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -39,6 +44,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
+from spark_cluster import StandaloneCluster  # run from benchmarks/, as a script
 
 import sluiceway.spark
 from sluiceway.client.pipeline import PipelineConnection, PipelineSettings
@@ -47,6 +53,9 @@ from sluiceway.spark.rows import SOURCE_SCHEMA
 from sluiceway.testing import BrokerProcess
 
 RESULTS = Path(__file__).parent / "results" / "spark_source.json"
+STANDALONE_RESULTS = Path(__file__).parent / "results" / "spark_source-standalone.json"
+# The cluster of `--master standalone`: as many one-core workers as local[2] has threads.
+WORKERS, WORKER_CORES, WORKER_MEMORY = 2, 1, "1g"
 PER_TRIGGER = 100_000
 BODY_SIZE = 1024
 
@@ -141,11 +150,20 @@ def fill(port: int, destination: str, count: int) -> None:
         raise RuntimeError(f"only {produced.accepted} of {count} accepted: {produced.refused}")
 
 
-def bench_session() -> SparkSession:
-    """The local session the Spark benchmarks run in, with both sources registered."""
+def bench_session(master: str = "local[2]") -> SparkSession:
+    """The session the Spark benchmarks run in, local unless `master` names a cluster's
+    `spark://` URL (its executors take a worker's memory and one core each), with both sources
+    registered. The driver binds 127.0.0.1."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the driver JVM's own servers
+    builder = SparkSession.builder.master(master)
+    if master.startswith("spark://"):
+        builder = builder.config("spark.executor.memory", WORKER_MEMORY).config(
+            "spark.executor.cores", str(WORKER_CORES)
+        )
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -166,6 +184,31 @@ def bench_broker() -> BrokerProcess:
     )  # fmt: skip
 
 
+def run_one(spark: SparkSession, run: str, messages: int) -> float:
+    """Seconds for `run` (`topic`, `queue:2`, `synthetic`...) to read `messages` messages."""
+    kind, _, partitions = run.partition(":")  # queue:2: minPartitions=2
+    if kind == "synthetic":
+        return run_query(spark, "synthetic", {"messages": str(messages)})
+    destination = f"/{kind}/bench"
+    with bench_broker() as broker:
+        options = {
+            "port": str(broker.port),
+            "destination": destination,
+            "group": "bench",
+            "startingOffsets": "earliest",
+            "maxMessagesPerTrigger": str(PER_TRIGGER),
+            "minPartitions": partitions or "1",
+        }
+        if kind == "topic":
+            # The cursor must exist before the messages, or the topic keeps none.
+            with PipelineConnection(PipelineSettings(port=broker.port)) as connection:
+                connection.open_cursor(destination, "bench", "earliest")
+        fill(broker.port, destination, messages)
+        seconds = run_query(spark, "sluiceway", options)
+        broker.stop()
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=300_000)
@@ -174,49 +217,51 @@ def main() -> None:
         default="topic,queue,synthetic",
         help="comma-separated; topic:N or queue:N reads with minPartitions=N",
     )
+    parser.add_argument(
+        "--master",
+        choices=("local", "standalone"),
+        default="local",
+        help="local[2], or a standalone cluster of two one-core workers started here",
+    )
+    parser.add_argument("--results", type=Path, help="where the figures go (default by --master)")
     args = parser.parse_args()
-    spark = bench_session()
-    # The first query of a session pays for loading and compiling Spark's code: not timed.
-    run_query(spark, "synthetic", {"messages": "1000"})
+    standalone = args.master == "standalone"
     results: dict[str, dict[str, float]] = {}
-    for run in args.runs.split(","):
-        kind, _, partitions = run.partition(":")  # queue:2: minPartitions=2
-        if kind == "synthetic":
-            options = {"messages": str(args.messages)}
-            seconds = run_query(spark, "synthetic", options)
-        else:
-            destination = f"/{kind}/bench"
-            with bench_broker() as broker:
-                options = {
-                    "port": str(broker.port),
-                    "destination": destination,
-                    "group": "bench",
-                    "startingOffsets": "earliest",
-                    "maxMessagesPerTrigger": str(PER_TRIGGER),
-                    "minPartitions": partitions or "1",
-                }
-                if kind == "topic":
-                    # The cursor must exist before the messages, or the topic keeps none.
-                    with PipelineConnection(PipelineSettings(port=broker.port)) as connection:
-                        connection.open_cursor(destination, "bench", "earliest")
-                fill(broker.port, destination, args.messages)
-                seconds = run_query(spark, "sluiceway", options)
-                broker.stop()
-        results[run] = {"seconds": round(seconds, 2), "msgs_per_s": round(args.messages / seconds)}
-        print(f"{run}: {args.messages} messages in {seconds:.1f} s: "
-              f"{args.messages / seconds:,.0f} msgs/s", flush=True)  # fmt: skip
-    spark.stop()
-    RESULTS.parent.mkdir(exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        master = "local[2]"
+        if standalone:
+            cluster = StandaloneCluster(WORKERS, WORKER_CORES, WORKER_MEMORY)
+            master = stack.enter_context(cluster).url
+            print(f"standalone cluster at {master}", flush=True)
+        spark = bench_session(master)
+        stack.callback(spark.stop)  # before the cluster stops: the application ends cleanly
+        # The first query of a session pays for loading and compiling Spark's code: not timed.
+        run_query(spark, "synthetic", {"messages": "1000"})
+        for run in args.runs.split(","):
+            seconds = run_one(spark, run, args.messages)
+            rate = args.messages / seconds
+            results[run] = {"seconds": round(seconds, 2), "msgs_per_s": round(rate)}
+            print(
+                f"{run}: {args.messages} messages in {seconds:.1f} s: {rate:,.0f} msgs/s",
+                flush=True,
+            )
     record = {
         "messages": args.messages,
         "per_trigger": PER_TRIGGER,
         "body_size": BODY_SIZE,
+        "master": (
+            f"standalone: {WORKERS} workers of {WORKER_CORES} core and {WORKER_MEMORY}"
+            if standalone
+            else "local[2]"
+        ),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
         "results": results,
     }
-    RESULTS.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"written to {RESULTS}")
+    path = args.results or (STANDALONE_RESULTS if standalone else RESULTS)
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"written to {path}")
 
 
 if __name__ == "__main__":
