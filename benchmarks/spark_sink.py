@@ -9,9 +9,10 @@ rows per trigger, Trigger.AvailableNow), their `body` column written:
 - `counting`: into a Python streaming sink whose tasks only count the rows they get (Arrow
   record batches, as the sluiceway sink gets them): what Spark's Python sink path costs here.
 
-A first, untimed query warms the session up. Each sluiceway run has a broker process of its
-own (non-persistent messages, no limits); the time is from start() to the end of the query.
-Prints a line per run and writes benchmarks/results/spark_sink.json.
+Two first, untimed queries (counting, then into the sluiceway sink) warm the session up. Each
+sluiceway run has a broker process of its own (non-persistent messages, no limits); the time is
+from start() to the end of the query. Prints a line per run and writes
+benchmarks/results/spark_sink.json (spark_sink-per-trigger-N.json with --per-trigger N).
 
     .venv/bin/python benchmarks/spark_sink.py [--rows 300000] [--runs exactly-once,counting]
 """
@@ -71,10 +72,22 @@ class CountingSink(DataSource):
         return CountingWriter()
 
 
-def run_query(spark: SparkSession, rows: int, sink: str, options: dict[str, str]) -> float:
-    """Seconds from start() to the end of an available-now query of `rows` into `sink`."""
+def run_query(
+    spark: SparkSession,
+    rows: int,
+    sink: str,
+    options: dict[str, str],
+    per_trigger: int = PER_TRIGGER,
+) -> float:
+    """Seconds from start() to the end of an available-now query of `rows` into `sink`, at
+    most `per_trigger` rows a batch."""
     with tempfile.TemporaryDirectory(prefix="spark-sink-bench-") as checkpoint:
-        frame = spark.readStream.format("synthetic").option("messages", str(rows)).load()
+        frame = (
+            spark.readStream.format("synthetic")
+            .option("messages", str(rows))
+            .option("perTrigger", str(per_trigger))
+            .load()
+        )
         writer = frame.select("body").writeStream.format(sink)
         for name, value in {**options, "checkpointLocation": checkpoint}.items():
             writer = writer.option(name, value)
@@ -91,17 +104,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--runs", default="exactly-once,at-least-once,counting")
+    parser.add_argument(
+        "--per-trigger", type=int, default=PER_TRIGGER, help="the most rows a batch writes"
+    )
     args = parser.parse_args()
+    per_trigger = args.per_trigger
     # The Python workers import the synthetic source from its module, as this script does.
     here = str(Path(__file__).parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     spark = bench_session()
     spark.dataSource.register(CountingSink)
-    run_query(spark, 1000, "counting", {})  # warm-up: not timed
+    # Warm-up, not timed: the session's first query, and the sluiceway sink's first (which
+    # loads its modules in the Python workers).
+    run_query(spark, 1000, "counting", {})
+    with bench_broker() as broker:
+        options = {"port": str(broker.port), "destination": "/queue/warm-up"}
+        run_query(spark, 1000, "sluiceway", options, per_trigger)
+        broker.stop()
     results: dict[str, dict[str, Any]] = {}
     for run in args.runs.split(","):
         if run == "counting":
-            seconds = run_query(spark, args.rows, "counting", {})
+            seconds = run_query(spark, args.rows, "counting", {}, per_trigger)
         else:
             guarantee = "exactlyOnce" if run == "exactly-once" else "atLeastOnce"
             with bench_broker() as broker:
@@ -111,7 +134,7 @@ def main() -> None:
                     "deliveryGuarantee": guarantee,
                     "persistent": "false",
                 }
-                seconds = run_query(spark, args.rows, "sluiceway", options)
+                seconds = run_query(spark, args.rows, "sluiceway", options, per_trigger)
                 broker.stop()
         results[run] = {"seconds": round(seconds, 2), "rows_per_s": round(args.rows / seconds)}
         print(f"{run}: {args.rows} rows in {seconds:.1f} s: {args.rows / seconds:,.0f} rows/s")
@@ -119,14 +142,17 @@ def main() -> None:
     RESULTS.parent.mkdir(exist_ok=True)
     record = {
         "rows": args.rows,
-        "per_trigger": PER_TRIGGER,
+        "per_trigger": per_trigger,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
         "date": datetime.date.today().isoformat(),
         "results": results,
     }
-    RESULTS.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"written to {RESULTS}")
+    path = RESULTS
+    if per_trigger != PER_TRIGGER:
+        path = path.with_stem(f"{path.stem}-per-trigger-{per_trigger}")
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"written to {path}")
 
 
 if __name__ == "__main__":

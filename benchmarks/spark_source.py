@@ -11,13 +11,14 @@ master and two workers of one core and 1 GiB each, stopped at the end):
   schema and offsets: what Spark's Python data source path allows on this machine, with no
   broker and no network.
 
-A first, untimed query warms the session up. The broker (a separate process) is filled before
-each run with 1 KiB non-persistent messages; filling is not timed. The time is from `start()` to
-the end of the query. Prints a line per run and writes benchmarks/results/spark_source.json
-(spark_source-standalone.json for the cluster; `--results PATH` writes elsewhere).
+Two first, untimed queries (synthetic, then a topic) warm the session up. The broker (a separate
+process) is filled before each run with 1 KiB non-persistent messages; filling is not timed.
+The time is from `start()` to the end of the query. Prints a line per run and writes
+benchmarks/results/spark_source.json (spark_source-standalone.json for the cluster,
+`-per-trigger-N` added with --per-trigger N; `--results PATH` writes elsewhere).
 
     .venv/bin/python benchmarks/spark_source.py [--messages 300000] [--runs topic,queue,synthetic]
-        [--master local|standalone]
+        [--master local|standalone] [--per-trigger 100000]
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ class SyntheticSource(DataSource):
         return SOURCE_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return SyntheticReader(int(self.options["messages"]), PER_TRIGGER)
+        per_trigger = int(self.options.get("perTrigger", PER_TRIGGER))
+        return SyntheticReader(int(self.options["messages"]), per_trigger)
 
 
 def run_query(spark: SparkSession, source: str, options: dict[str, str]) -> float:
@@ -184,11 +186,13 @@ def bench_broker() -> BrokerProcess:
     )  # fmt: skip
 
 
-def run_one(spark: SparkSession, run: str, messages: int) -> float:
-    """Seconds for `run` (`topic`, `queue:2`, `synthetic`...) to read `messages` messages."""
+def run_one(spark: SparkSession, run: str, messages: int, per_trigger: int = PER_TRIGGER) -> float:
+    """Seconds for `run` (`topic`, `queue:2`, `synthetic`...) to read `messages` messages, at
+    most `per_trigger` a batch."""
     kind, _, partitions = run.partition(":")  # queue:2: minPartitions=2
     if kind == "synthetic":
-        return run_query(spark, "synthetic", {"messages": str(messages)})
+        options = {"messages": str(messages), "perTrigger": str(per_trigger)}
+        return run_query(spark, "synthetic", options)
     destination = f"/{kind}/bench"
     with bench_broker() as broker:
         options = {
@@ -196,7 +200,7 @@ def run_one(spark: SparkSession, run: str, messages: int) -> float:
             "destination": destination,
             "group": "bench",
             "startingOffsets": "earliest",
-            "maxMessagesPerTrigger": str(PER_TRIGGER),
+            "maxMessagesPerTrigger": str(per_trigger),
             "minPartitions": partitions or "1",
         }
         if kind == "topic":
@@ -223,6 +227,9 @@ def main() -> None:
         default="local",
         help="local[2], or a standalone cluster of two one-core workers started here",
     )
+    parser.add_argument(
+        "--per-trigger", type=int, default=PER_TRIGGER, help="the most messages a batch reads"
+    )
     parser.add_argument("--results", type=Path, help="where the figures go (default by --master)")
     args = parser.parse_args()
     standalone = args.master == "standalone"
@@ -235,10 +242,12 @@ def main() -> None:
             print(f"standalone cluster at {master}", flush=True)
         spark = bench_session(master)
         stack.callback(spark.stop)  # before the cluster stops: the application ends cleanly
-        # The first query of a session pays for loading and compiling Spark's code: not timed.
+        # The first query of a session pays for loading and compiling Spark's code, and the
+        # first of a source for loading its modules in the Python workers: neither is timed.
         run_query(spark, "synthetic", {"messages": "1000"})
+        run_one(spark, "topic", 1000, args.per_trigger)
         for run in args.runs.split(","):
-            seconds = run_one(spark, run, args.messages)
+            seconds = run_one(spark, run, args.messages, args.per_trigger)
             rate = args.messages / seconds
             results[run] = {"seconds": round(seconds, 2), "msgs_per_s": round(rate)}
             print(
@@ -247,7 +256,7 @@ def main() -> None:
             )
     record = {
         "messages": args.messages,
-        "per_trigger": PER_TRIGGER,
+        "per_trigger": args.per_trigger,
         "body_size": BODY_SIZE,
         "master": (
             f"standalone: {WORKERS} workers of {WORKER_CORES} core and {WORKER_MEMORY}"
@@ -259,6 +268,8 @@ def main() -> None:
         "results": results,
     }
     path = args.results or (STANDALONE_RESULTS if standalone else RESULTS)
+    if args.results is None and args.per_trigger != PER_TRIGGER:
+        path = path.with_stem(f"{path.stem}-per-trigger-{args.per_trigger}")
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"written to {path}")
