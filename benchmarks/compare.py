@@ -12,6 +12,9 @@ default settings.
 Each figure is the median of the runs; beside it, its ratio to the best peer's figure in the
 same run (median of those ratios), so that 2.00x reads "twice the best peer" whichever way the
 figure points (for latency and memory, lower is better and the ratio is best peer / figure).
+A figure is marked `*` when, in one of its runs, a process of the load generator used more than
+80 % of a core (`sluiceway bench` reports each one's share): the figure may then be the
+generator's limit rather than the broker's.
 
     .venv/bin/python benchmarks/compare.py [--runs 3] [--brokers sluiceway,rabbitmq,activemq]
         [--scenarios queue,latency,...] [--scale 0.1]
@@ -39,6 +42,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sluiceway.bench.cpu import BUSY_SHARE, ProcessCpu, listening_pid, saturated
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "compare.json"
@@ -190,26 +195,8 @@ class Measurement:
     broker: str
     figures: dict[str, float] = field(default_factory=dict)
     error: str = ""
-
-
-def listening_pid(port: int) -> int:
-    """The process with a socket listening on 127.0.0.1:`port` (Linux /proc), 0 if none."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as lines:
-            next(lines)
-            for line in lines:
-                parts = line.split()
-                if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                    inodes.add(f"socket:[{parts[9]}]")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
-                    return int(pid)
-        except OSError:
-            continue  # gone, or not ours to read
-    return 0
+    # The load processes that used more than BUSY_SHARE of a core: "consumer 0 93%".
+    saturated: list[str] = field(default_factory=list)
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float) -> None:
@@ -312,11 +299,18 @@ def measure(scenario: Scenario, name: str, run: int, scale: float) -> Measuremen
         found.error = str(exc)
         return found
     found.figures = {f.key: figure_value(result, f.key) for f in scenario.figures}
+    found.saturated = busy_processes(result)
     if result["missing"] or result["duplicated"] or result["errors"]:
         found.error = "; ".join(result["errors"]) or (
             f"{result['missing']} missing, {result['duplicated']} duplicated"
         )
     return found
+
+
+def busy_processes(result: dict[str, Any]) -> list[str]:
+    """The load processes of a bench result that used more than BUSY_SHARE of a core."""
+    processes = [ProcessCpu(**p) for p in result.get("processes", [])]
+    return [f"{p.process} {p.share:.0%}" for p in saturated(processes, BUSY_SHARE)]
 
 
 def ratio(value: float, best: float, higher_is_better: bool) -> float:
@@ -353,6 +347,7 @@ def summarise(scenario: Scenario, measurements: list[Measurement]) -> list[str]:
             median = statistics.median(m.figures[figure.key] for m in runs)
             ratios = [r for m in runs if (r := peer_ratio(m, mine + peers, figure)) is not None]
             shown = f"{median:,.0f}" if median >= 100 else f"{median:.2f}"
+            shown += "*" if any(m.saturated for m in runs) else ""
             cells.append(shown + (f" ({statistics.median(ratios):.2f}x)" if ratios else ""))
         target = scenario.target if figure is scenario.figures[0] else ""
         rows.append(f"| {scenario.title}: {figure.label} | {' | '.join(cells)} | {target} |")
@@ -381,6 +376,18 @@ def table(measurements: list[Measurement], runs: int) -> str:
         only = "" if scenario.brokers != ("sluiceway",) else " (Sluiceway only)"
         lines.append(f"- `{scenario.key}`{only}: `sluiceway bench {' '.join(scenario.bench)}`"
                      + (f"; broker{properties}" if properties else ""))  # fmt: skip
+    busy = [m for m in measurements if m.saturated and not m.error]
+    if busy:
+        lines += [
+            "",
+            "Figures marked * were measured while a process of the load generator used more "
+            f"than {BUSY_SHARE:.0%} of a core, in these runs: there the figure may be the "
+            "generator's limit, not the broker's.",
+            "",
+        ]
+        lines += [
+            f"- run {m.run}, {m.scenario}, {m.broker}: {', '.join(m.saturated)}" for m in busy
+        ]
     if failed:
         lines += ["", "Runs that failed or lost messages (left out of the medians):", ""]
         lines += [f"- run {m.run}, {m.scenario}, {m.broker}: {m.error[:300]}" for m in failed]

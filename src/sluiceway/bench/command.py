@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Final, TextIO
 
+from sluiceway.bench.cpu import BUSY_SHARE, listening_pid
 from sluiceway.bench.report import Report, build_report, render_table, write_json, write_plot
 from sluiceway.bench.runner import Run, Scenario, Settings, StartError, probe
 from sluiceway.bench.stream import Refused
@@ -26,6 +27,7 @@ EXIT_USAGE: Final = 2
 EXIT_UNREACHABLE: Final = 3
 ACK_MODES: Final = ("auto", "client", "client-individual")
 DEFAULT_DESTINATION: Final = {Scenario.TOPIC: "/topic/bench"}
+LOCAL_HOSTS: Final = ("127.0.0.1", "localhost", "::1")
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,7 +57,19 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--rate", type=float, default=0.0, help="messages/s in all (latency: needed)")
     p.add_argument("--delays", default="", help="fairness: ms per message per consumer: 5,1,1")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds without progress")
-    p.add_argument("--broker-pid", type=int, default=0, help="sample this process's peak RSS")
+    p.add_argument(
+        "--broker-pid",
+        type=int,
+        help="report this process's CPU and peak RSS (default: the local process listening on "
+        "--port, if it can be found; 0: none)",
+    )
+    p.add_argument(
+        "--busy-warning",
+        type=float,
+        default=BUSY_SHARE * 100,
+        metavar="PERCENT",
+        help="warn when a load process used more of a core than this (default 80)",
+    )
     p.add_argument("--json", metavar="FILE", help="write the result as JSON ('-': stdout)")
     p.add_argument("--plot", metavar="FILE.png", help="plot throughput and latency over time")
 
@@ -80,6 +94,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise ValueError("--prefetch and --rate cannot be negative; --timeout must be positive")
     if args.broker_pid and not os.path.exists(f"/proc/{args.broker_pid}"):
         raise ValueError(f"--broker-pid {args.broker_pid}: no such process")
+    if args.busy_warning < 0:
+        raise ValueError("--busy-warning is a percentage of one core: 0 or more")
     default_ack = "client-individual" if scenario is Scenario.FAIRNESS else "auto"
     return Settings(
         scenario=scenario,
@@ -97,8 +113,20 @@ def settings_from(args: argparse.Namespace) -> Settings:
         rate=args.rate,
         delays_ms=delays,
         timeout=args.timeout,
-        broker_pid=args.broker_pid,
+        broker_pid=_broker_pid(args),
+        busy_share=args.busy_warning / 100,
     )
+
+
+def _broker_pid(args: argparse.Namespace) -> int:
+    """--broker-pid, or else the process listening on --port on this machine (Linux), unless
+    that is this one (a broker run in-process, as in tests: its CPU would include ours)."""
+    if args.broker_pid is not None:
+        return int(args.broker_pid)
+    if args.host not in LOCAL_HOSTS:
+        return 0
+    pid = listening_pid(args.port)
+    return pid if pid != os.getpid() else 0
 
 
 def _delays(text: str) -> tuple[float, ...]:
@@ -151,6 +179,8 @@ def publish(report: Report, args: argparse.Namespace, stdout: TextIO, stderr: Te
         write_json(report, args.json, stdout)
     if args.plot:
         write_plot(report, args.plot)
+    for line in report.warnings:
+        print(f"sluiceway bench: {line}", file=stderr)
     for error in report.errors:
         print(f"sluiceway bench: {error}", file=stderr)
     if report.lost_or_duplicated:

@@ -4,6 +4,7 @@ Rates are over the span in which the work happened: sent/s from the first produc
 to the last producer's DISCONNECT receipt (the broker has every message then); received/s from
 the moment the producers were let go (in `backlog`, from the moment the consumers started) to
 the last message received. MB/s counts message bodies, in millions of bytes per second.
+CPU shares (of one core) are described in `sluiceway.bench.cpu`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sluiceway.bench.accounting import LatencyHistogram, SequenceBitmap, Series
+from sluiceway.bench.cpu import ProcessCpu, saturated, share, warning
 from sluiceway.bench.runner import Outcome, Scenario
 
 
@@ -49,6 +51,11 @@ class Report:
     wall_seconds: float
     broker_peak_rss_bytes: int | None
     timed_out: bool
+    processes: list[ProcessCpu]  # each load process's CPU while it worked
+    broker_cpu: ProcessCpu | None  # from the producers' start to the run's end
+    busy_share: float  # the share of a core above which a load process is saturated
+    generator_saturated: list[str]  # the load processes above it: "producer 0"
+    warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     series: dict[str, list[float]] = field(default_factory=dict)
 
@@ -80,6 +87,8 @@ def build_report(outcome: Outcome) -> Report:
     cpu += sum(c.cpu_seconds for c in consumers)
     shares = [c.received / received if received else 0.0 for c in consumers]
     ordered = sorted(consumers, key=lambda c: c.consumer_id)
+    processes = _processes(outcome)
+    busy = saturated(processes, s.busy_share)
     errors = [f"producer {p.producer_id}: {p.error}" for p in producers if p.error]
     errors += [f"consumer {c.consumer_id}: {c.error}" for c in consumers if c.error]
     return Report(
@@ -116,6 +125,11 @@ def build_report(outcome: Outcome) -> Report:
         wall_seconds=round(wall, 3),
         broker_peak_rss_bytes=outcome.broker_peak_rss if s.broker_pid else None,
         timed_out=outcome.timed_out,
+        processes=processes,
+        broker_cpu=_rounded(outcome.broker_cpu) if outcome.broker_cpu else None,
+        busy_share=s.busy_share,
+        generator_saturated=[p.process for p in busy],
+        warnings=[warning(p, s.scenario.value, s.busy_share) for p in busy],
         errors=errors + outcome.failures,
         series={
             "sent_per_second": [
@@ -129,6 +143,28 @@ def build_report(outcome: Outcome) -> Report:
             ],
             "latency_max_ms": [m / 1000 for m in series.latency_max],
         },
+    )
+
+
+def _processes(outcome: Outcome) -> list[ProcessCpu]:
+    """Each load process's CPU share over the span it worked (those that reported)."""
+    found = [
+        (f"producer {p.producer_id}", p.pid, p.busy)
+        for p in sorted(outcome.producers, key=lambda p: p.producer_id)
+    ]
+    found += [
+        (f"consumer {c.consumer_id}", c.pid, c.busy)
+        for c in sorted(outcome.consumers, key=lambda c: c.consumer_id)
+    ]
+    return [
+        _rounded(ProcessCpu(name, pid, w.cpu_seconds, w.seconds, share(w.cpu_seconds, w.seconds)))
+        for name, pid, w in found
+    ]
+
+
+def _rounded(p: ProcessCpu) -> ProcessCpu:
+    return ProcessCpu(
+        p.process, p.pid, round(p.cpu_seconds, 6), round(p.seconds, 6), round(p.share, 3)
     )
 
 
@@ -180,6 +216,18 @@ def render_table(report: Report) -> str:
         f"generator CPU {report.generator_cpu_seconds:.2f} s "
         f"({report.generator_cpu_per_second:.2f} per second of {report.wall_seconds:.1f} s)",
     ]
+    for kind, doing in (("producer", "sending"), ("consumer", "receiving")):
+        shares = [
+            f"#{p.process.split()[1]} {p.share:.0%}"
+            for p in report.processes
+            if p.process.startswith(kind)
+        ]
+        if shares:
+            lines.append(f"{kind} CPU  {', '.join(shares)} of a core, while {doing}")
+    if report.broker_cpu is not None:
+        lines.append(
+            f"broker CPU    {report.broker_cpu.share:.0%} of a core (pid {report.broker_cpu.pid})"
+        )
     if report.broker_peak_rss_bytes is not None:
         lines.append(f"broker RSS    {report.broker_peak_rss_bytes / 2**20:.1f} MiB at peak")
     if report.unexpected:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from multiprocessing.context import SpawnProcess
 
 from sluiceway.bench.accounting import MAX_SECONDS
+from sluiceway.bench.cpu import BUSY_SHARE, ProcessClock, ProcessCpu
 from sluiceway.bench.stream import RssSampler
 from sluiceway.bench.workers import (
     ConsumerResult,
@@ -61,7 +62,8 @@ class Settings:
     rate: float = 0.0  # messages per second, all producers together; 0: unpaced
     delays_ms: tuple[float, ...] = ()  # per consumer (fairness)
     timeout: float = 10.0
-    broker_pid: int = 0
+    broker_pid: int = 0  # 0: not known; its RSS and CPU are then not reported
+    busy_share: float = BUSY_SHARE  # warn when a load process used more of a core than this
 
     def counts(self) -> tuple[int, ...]:
         """Messages per producer: `messages` shared out, the first ones taking the remainder."""
@@ -79,6 +81,7 @@ class Outcome:
     end_ns: int = 0
     parent_cpu: float = 0.0
     broker_peak_rss: int = 0
+    broker_cpu: ProcessCpu | None = None  # from the producers' start to the run's end
     timed_out: bool = False
     failures: list[str] = field(default_factory=list)  # processes that did not report
     # The origin of the per-second series (the consumers' and `sent_totals`).
@@ -106,6 +109,7 @@ class Run:
         )
         self.outcome = Outcome(settings)
         self.processes: list[SpawnProcess] = []
+        self.broker_clock = ProcessClock(settings.broker_pid) if settings.broker_pid else None
 
     def execute(self) -> Outcome:
         cpu = time.process_time()
@@ -137,9 +141,13 @@ class Run:
             )  # fmt: skip
             self._spawn(producer_main, spec, self.shared, s.consumers + index)
         self._wait_ready(range(0 if not backlog else s.consumers, s.consumers + s.producers))
+        if self.broker_clock is not None:
+            self.broker_clock.start()
         outcome.start_ns = time.monotonic_ns()
         self.shared.go.set()
         self._watch(backlog)
+        if self.broker_clock is not None:
+            outcome.broker_cpu = self.broker_clock.stop()
         self.shared.stop.set()
         self._collect(deadline=time.monotonic() + EXIT_GRACE)
 

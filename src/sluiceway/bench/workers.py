@@ -13,6 +13,7 @@ latency (both ends must run on the same machine, which this tool does).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import MutableSequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 
 from sluiceway.bench.accounting import LatencyHistogram, SequenceBitmap, Series
+from sluiceway.bench.cpu import BusyWindow
 from sluiceway.bench.stream import Refused, StompStream
 from sluiceway.collector import tune_collector
 from sluiceway.errors import RemoteProtocolError
@@ -96,6 +98,8 @@ class ProducerResult:
     started_ns: int = 0
     finished_ns: int = 0
     cpu_seconds: float = 0.0
+    busy: BusyWindow = field(default_factory=BusyWindow)  # from the first send to the last answer
+    pid: int = field(default_factory=os.getpid)
     error: str = ""
 
 
@@ -114,6 +118,8 @@ class ConsumerResult:
     last_ns: int = 0
     idle_seconds: float = 0.0
     cpu_seconds: float = 0.0
+    busy: BusyWindow = field(default_factory=BusyWindow)  # from the first message to the last
+    pid: int = field(default_factory=os.getpid)
     error: str = ""
 
 
@@ -150,6 +156,7 @@ async def _produce(spec: ProducerSpec, shared: Shared, slot: int, result: Produc
         # The run ended without this producer: the broker stopped taking its messages (a
         # producer held by flow control), or stopped answering. Say so rather than vanish.
         sender.stop()
+        result.busy.mark()
         result.error = result.error or (
             f"stopped after {result.sent:,} sends: the broker took no more messages or "
             "receipts from this producer for --timeout seconds (held by flow control?)"
@@ -198,6 +205,7 @@ class Sender:
         self.stream.on_data = self.take_answers
         self.stream.on_writable = self.send_due
         self.result.started_ns = time.monotonic_ns()
+        self.result.busy.begin(self.result.started_ns)
         self.send_due()
 
     def stop(self) -> None:
@@ -270,6 +278,7 @@ class Sender:
     def _finish(self, error: str) -> None:
         if not self.done.done():
             self.result.error = self.result.error or error
+            self.result.busy.mark()
             self.stop()
             self.done.set_result(None)
 
@@ -360,6 +369,7 @@ class ConsumerLoop:
         self.stopping = 0.0  # monotonic deadline once the parent has said stop
         self.heard = False  # something was read since the last poll
         self.waiting_since = time.monotonic()  # the decoder ran dry then; 0 while frames wait
+        self.before = (0, 0)  # monotonic and CPU clocks (ns) before the first message's read
         self.idle = 0.0  # seconds spent waiting for the broker once the producers started
         self.poll_timer: asyncio.TimerHandle | None = None
         self.work_timer: asyncio.TimerHandle | None = None  # the delay under way
@@ -385,10 +395,14 @@ class ConsumerLoop:
         self.heard = True
         self._count_idle(time.monotonic())
         self.waiting_since = 0.0
+        received = self.tally.result.received
+        if not received:  # the clocks before the first message's read, to begin its span
+            self.before = (time.monotonic_ns(), time.process_time_ns())
         try:
             while (event := self.stream.decoder.next_event()) is not None:
                 if isinstance(event, Frame) and self.handle(event) and self.spec.delay_ms:
                     self.stream.flush()  # the previous message's ACK goes before this wait
+                    self._note_busy(received)
                     self.stream.pause_reading()
                     self.delaying = True
                     delay = self.spec.delay_ms / 1000
@@ -401,12 +415,21 @@ class ConsumerLoop:
             self._finish(RuntimeError(f"the broker sent what is not STOMP: {exc}"))
             return
         self.stream.flush()  # the ACKs of everything read so far, in one write
+        self._note_busy(received)
         self.shared.received[self.spec.consumer_id] = self.tally.result.received
         if self.stream.lost is not None:
             self._finish(ConnectionError("the broker closed the connection"))
             return
         self.waiting_since = time.monotonic()
         self.stream.resume_reading()
+
+    def _note_busy(self, received_before: int) -> None:
+        """Messages were handled in this call: extend the span in which this consumer worked
+        (two clock readings per read, not per message)."""
+        result = self.tally.result
+        if result.received > received_before:
+            result.busy.begin(*self.before)
+            result.busy.mark()
 
     def worked(self) -> None:
         """A message's delay has passed: acknowledge it and handle the next."""
