@@ -70,7 +70,9 @@ class SendWindow:
         self.inflight: Receipts[Sendable] = Receipts(connection.receipt_numbers)
         self.inflight_bytes = 0
         self.refused: list[tuple[OutgoingMessage, BrokerError]] = []
-        self.unpacked: deque[OutgoingMessage] = deque()  # of refused packs, to send singly
+        # The messages of refused packs, to send singly: at most what was in flight (bounded
+        # by max_inflight_bytes, plus the last pack written), as no pack is written meanwhile.
+        self.unpacked: deque[OutgoingMessage] = deque()
         self.first_refused: dict[int, float] = {}  # id(message) -> when it was first refused
         self.pause = self.settings.retry.pause  # before the next retry; grows by `backoff`
         self.sent = 0
