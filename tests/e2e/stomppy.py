@@ -11,7 +11,16 @@ import stomp
 
 from tests.e2e.support import WAIT, wait_until
 
-__all__ = ["WAIT", "Recorder", "connect", "subscribe", "sync", "wait_until", "with_receipt"]
+__all__ = [
+    "WAIT",
+    "Recorder",
+    "connect",
+    "end",
+    "subscribe",
+    "sync",
+    "wait_until",
+    "with_receipt",
+]
 
 
 class Recorder(stomp.ConnectionListener):  # type: ignore[misc]
@@ -68,6 +77,15 @@ def connect(port: int, *, version: str = "1.2", **connect_headers: str) -> tuple
     connection.set_listener("recorder", recorder)
     connection.connect(wait=True, headers=connect_headers)
     return connection, recorder
+
+
+def end(connection: Any, recorder: Recorder) -> None:
+    """Disconnect, or, after an ERROR, wait for the broker to close the connection: a DISCONNECT
+    sent then races stomp.py's own reader closing the socket."""
+    if recorder.errors:
+        recorder.wait_for(lambda: recorder.disconnected)
+    elif not recorder.disconnected:
+        connection.disconnect()
 
 
 def with_receipt(recorder: Recorder, send: Callable[[str], None]) -> dict[str, str]:

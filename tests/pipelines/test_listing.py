@@ -19,7 +19,7 @@ from sluiceway.naming import DestinationKind, DestinationName, parse_destination
 from sluiceway.security.users import UserFile
 from sluiceway.testing import BrokerThread
 from tests.conftest import BrokerFactory
-from tests.e2e.stomppy import connect, with_receipt
+from tests.e2e.stomppy import connect, end, with_receipt
 
 DESTINATIONS: Final = (
     "/queue/orders.eu",
@@ -153,7 +153,7 @@ def test_a_malformed_listing_is_refused_naming_the_header(
         assert says in error.body
         assert recorder.messages == []
     finally:
-        connection.disconnect()
+        end(connection, recorder)
 
 
 ACCESS_RULES: Final = """\
