@@ -12,9 +12,12 @@ rows per trigger, Trigger.AvailableNow), their `body` column written:
 Two first, untimed queries (counting, then into the sluiceway sink) warm the session up. Each
 sluiceway run has a broker process of its own (non-persistent messages, no limits); the time is
 from start() to the end of the query. Prints a line per run and writes
-benchmarks/results/spark_sink.json (spark_sink-per-trigger-N.json with --per-trigger N).
+benchmarks/results/spark_sink.json (spark_sink-per-trigger-N.json with --per-trigger N;
+`--results PATH` writes elsewhere). `--rounds N` measures each run N times, as
+spark_source.py does (medians, and the median of the per-round shares of `counting`).
 
     .venv/bin/python benchmarks/spark_sink.py [--rows 300000] [--runs exactly-once,counting]
+        [--per-trigger 100000] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -42,6 +44,8 @@ from spark_source import (  # run from benchmarks/, as a script
     PER_TRIGGER,
     bench_broker,
     bench_session,
+    rounds_of,
+    summarize,
 )
 
 RESULTS = Path(__file__).parent / "results" / "spark_sink.json"
@@ -100,12 +104,34 @@ def run_query(
         return seconds
 
 
+def measure(spark: SparkSession, run: str, rows: int, per_trigger: int) -> float:
+    """Seconds for one run: `counting`, or the sluiceway sink `exactly-once` or
+    `at-least-once` into a broker of its own."""
+    if run == "counting":
+        return run_query(spark, rows, "counting", {}, per_trigger)
+    guarantee = "exactlyOnce" if run == "exactly-once" else "atLeastOnce"
+    with bench_broker() as broker:
+        options = {
+            "port": str(broker.port),
+            "destination": "/queue/sink-bench",
+            "deliveryGuarantee": guarantee,
+            "persistent": "false",
+        }
+        seconds = run_query(spark, rows, "sluiceway", options, per_trigger)
+        broker.stop()
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=300_000)
     parser.add_argument("--runs", default="exactly-once,at-least-once,counting")
     parser.add_argument(
         "--per-trigger", type=int, default=PER_TRIGGER, help="the most rows a batch writes"
+    )
+    parser.add_argument("--results", type=Path, help="where the figures go (default by --rows)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="measure each run this many times, order turned"
     )
     args = parser.parse_args()
     per_trigger = args.per_trigger
@@ -121,36 +147,30 @@ def main() -> None:
         options = {"port": str(broker.port), "destination": "/queue/warm-up"}
         run_query(spark, 1000, "sluiceway", options, per_trigger)
         broker.stop()
-    results: dict[str, dict[str, Any]] = {}
-    for run in args.runs.split(","):
-        if run == "counting":
-            seconds = run_query(spark, args.rows, "counting", {}, per_trigger)
-        else:
-            guarantee = "exactlyOnce" if run == "exactly-once" else "atLeastOnce"
-            with bench_broker() as broker:
-                options = {
-                    "port": str(broker.port),
-                    "destination": "/queue/sink-bench",
-                    "deliveryGuarantee": guarantee,
-                    "persistent": "false",
-                }
-                seconds = run_query(spark, args.rows, "sluiceway", options, per_trigger)
-                broker.stop()
-        results[run] = {"seconds": round(seconds, 2), "rows_per_s": round(args.rows / seconds)}
-        print(f"{run}: {args.rows} rows in {seconds:.1f} s: {args.rows / seconds:,.0f} rows/s")
+    runs = args.runs.split(",")
+    measured: dict[str, list[float]] = {run: [] for run in runs}
+    for number, run in rounds_of(runs, args.rounds):
+        seconds = measure(spark, run, args.rows, per_trigger)
+        measured[run].append(seconds)
+        print(
+            f"round {number + 1}, {run}: {args.rows} rows in {seconds:.1f} s: "
+            f"{args.rows / seconds:,.0f} rows/s",
+            flush=True,
+        )
     spark.stop()
-    RESULTS.parent.mkdir(exist_ok=True)
     record = {
         "rows": args.rows,
         "per_trigger": per_trigger,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
         "date": datetime.date.today().isoformat(),
-        "results": results,
+        "rounds": args.rounds,
+        "results": summarize(measured, args.rows, "counting", "rows_per_s"),
     }
-    path = RESULTS
-    if per_trigger != PER_TRIGGER:
+    path = args.results or RESULTS
+    if args.results is None and per_trigger != PER_TRIGGER:
         path = path.with_stem(f"{path.stem}-per-trigger-{per_trigger}")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"written to {path}")
 

@@ -17,8 +17,13 @@ The time is from `start()` to the end of the query. Prints a line per run and wr
 benchmarks/results/spark_source.json (spark_source-standalone.json for the cluster,
 `-per-trigger-N` added with --per-trigger N; `--results PATH` writes elsewhere).
 
+`--rounds N` measures every run N times in the same session, the runs' order turned by one from
+round to round (a query's time depends on where it comes: the first runs after the warm-ups are
+the slowest); each figure is then the median of the N, and each run's share of `synthetic` the
+median of its per-round shares.
+
     .venv/bin/python benchmarks/spark_source.py [--messages 300000] [--runs topic,queue,synthetic]
-        [--master local|standalone] [--per-trigger 100000]
+        [--master local|standalone] [--per-trigger 100000] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -213,6 +219,32 @@ def run_one(spark: SparkSession, run: str, messages: int, per_trigger: int = PER
     return seconds
 
 
+def rounds_of(runs: list[str], rounds: int) -> Iterator[tuple[int, str]]:
+    """(round, run) in the order they are measured: the runs, turned by one each round."""
+    for number in range(rounds):
+        turn = number % len(runs)
+        for run in runs[turn:] + runs[:turn]:
+            yield number, run
+
+
+def summarize(
+    seconds: dict[str, list[float]], count: int, floor: str, unit: str
+) -> dict[str, dict[str, Any]]:
+    """Per run: the median time and rate over the rounds, every round's time, and the median of
+    the per-round shares of `floor` (the in-memory run) when it was measured."""
+    results: dict[str, dict[str, Any]] = {}
+    for run, times in seconds.items():
+        median = statistics.median(times)
+        result: dict[str, Any] = {"seconds": round(median, 2), unit: round(count / median)}
+        if len(times) > 1:
+            result["seconds_per_round"] = [round(t, 2) for t in times]
+        if floor in seconds and run != floor:
+            shares = [f / t for t, f in zip(times, seconds[floor], strict=True)]
+            result[f"share_of_{floor}"] = round(statistics.median(shares), 3)
+        results[run] = result
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=300_000)
@@ -231,9 +263,13 @@ def main() -> None:
         "--per-trigger", type=int, default=PER_TRIGGER, help="the most messages a batch reads"
     )
     parser.add_argument("--results", type=Path, help="where the figures go (default by --master)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="measure each run this many times, order turned"
+    )
     args = parser.parse_args()
     standalone = args.master == "standalone"
-    results: dict[str, dict[str, float]] = {}
+    runs = args.runs.split(",")
+    measured: dict[str, list[float]] = {run: [] for run in runs}
     with contextlib.ExitStack() as stack:
         master = "local[2]"
         if standalone:
@@ -246,12 +282,13 @@ def main() -> None:
         # first of a source for loading its modules in the Python workers: neither is timed.
         run_query(spark, "synthetic", {"messages": "1000"})
         run_one(spark, "topic", 1000, args.per_trigger)
-        for run in args.runs.split(","):
+        for number, run in rounds_of(runs, args.rounds):
             seconds = run_one(spark, run, args.messages, args.per_trigger)
+            measured[run].append(seconds)
             rate = args.messages / seconds
-            results[run] = {"seconds": round(seconds, 2), "msgs_per_s": round(rate)}
             print(
-                f"{run}: {args.messages} messages in {seconds:.1f} s: {rate:,.0f} msgs/s",
+                f"round {number + 1}, {run}: {args.messages} messages in {seconds:.1f} s: "
+                f"{rate:,.0f} msgs/s",
                 flush=True,
             )
     record = {
@@ -265,7 +302,9 @@ def main() -> None:
         ),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
-        "results": results,
+        "date": datetime.date.today().isoformat(),
+        "rounds": args.rounds,
+        "results": summarize(measured, args.messages, "synthetic", "msgs_per_s"),
     }
     path = args.results or (STANDALONE_RESULTS if standalone else RESULTS)
     if args.results is None and args.per_trigger != PER_TRIGGER:
