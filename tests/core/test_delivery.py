@@ -15,7 +15,7 @@ from sluiceway.core.values.selector import compile_selector
 from sluiceway.errors import BadRequest, Conflict, Forbidden, NotFound, Status
 from sluiceway.naming import parse_destination
 from sluiceway.testing import FakeClock
-from tests.core.helpers import Client, bodies
+from tests.core.helpers import ANY_SIZE, Client, bodies
 
 
 def distribute(broker: Broker, count: int, consumers: int) -> list[int]:
@@ -203,6 +203,17 @@ def test_round_robin_between_subscriptions_of_one_connection(broker: Broker) -> 
     assert bodies(consumer.take()) == [b"a0", b"b0", b"a1", b"b1", b"a2", b"b2"]
 
 
+def test_take_stops_once_the_bodies_reach_the_byte_budget(broker: Broker) -> None:
+    producer, consumer = Client(broker), Client(broker)
+    consumer.subscribe("/queue/sized")
+    for i in range(6):
+        producer.send("/queue/sized", bytes([i]) * 64)
+    # 64 + 64 reach 100: two; a budget smaller than one body still takes one; none left over.
+    assert [d.message.body[0] for d in consumer.connection.take(10, 100)] == [0, 1]
+    assert [d.message.body[0] for d in consumer.connection.take(10, 1)] == [2]
+    assert [d.message.body[0] for d in consumer.connection.take(10, ANY_SIZE)] == [3, 4, 5]
+
+
 def test_take_respects_the_limit_and_on_ready_fires(broker: Broker) -> None:
     producer, consumer = Client(broker), Client(broker)
     consumer.subscribe("/queue/q")
@@ -210,7 +221,7 @@ def test_take_respects_the_limit_and_on_ready_fires(broker: Broker) -> None:
     for i in range(25):
         producer.send("/queue/q", b"%d" % i)
     assert consumer.ready_calls == 1
-    assert len(consumer.connection.take(10)) == 10
+    assert len(consumer.connection.take(10, ANY_SIZE)) == 10
     assert consumer.connection.has_pending_output
 
 
@@ -489,7 +500,7 @@ def test_auto_acknowledged_messages_are_consumed_a_take_at_a_time(broker: Broker
     for i in range(10):
         producer.send("/queue/auto", b"%d" % i)
     queue = broker.registry.resolve(parse_destination("/queue/auto"))
-    first = consumer.connection.take(3)
+    first = consumer.connection.take(3, ANY_SIZE)
     # Consumed when written: the window has its credit back and the queue counts them.
     assert bodies(first) == [b"0", b"1", b"2"]
     assert queue.stats.consumed == 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from sluiceway.errors import FrameLimitExceeded, LocalProtocolError, RemoteProtocolError
@@ -353,6 +355,57 @@ def test_large_body_without_content_length_arrives_in_pieces() -> None:
         assert decoder.next_event() is None
     decoder.receive_data(b"\0")
     assert decoder.next_event() == Frame("SEND", {}, b"z" * 100_000)
+
+
+LARGE = Frame("SEND", {"destination": "/queue/big", "content-length": "200000"}, b"b" * 200_000)
+AFTER = Frame("SEND", {"destination": "/queue/small", "content-length": "3"}, b"abc")
+
+
+@pytest.mark.parametrize(
+    "cuts",
+    [
+        [30, 65_000, 130_000, 200_040],  # the last chunk ends the body, its NUL, and a frame
+        [10, 20],  # the head in pieces, then everything else at once
+        [200_032, 200_033],  # a chunk ending just before the NUL, one holding the NUL alone
+        list(range(0, 200_100, 4096)),  # socket-sized chunks
+    ],
+)
+def test_a_large_body_kept_in_chunks_gives_the_same_frames(cuts: list[int]) -> None:
+    wire = encode_frame(LARGE) + b"\n" + encode_frame(AFTER) + encode_frame(LARGE)
+    whole = FrameDecoder()
+    whole.receive_data(wire)
+    expected = drain(whole)
+    assert expected == [LARGE, HEARTBEAT, AFTER, LARGE]
+    decoder = FrameDecoder()
+    events = []
+    edges = [0, *cuts, len(wire)]
+    for start, end in itertools.pairwise(edges):
+        decoder.receive_data(wire[start:end])
+        assert decoder.buffered <= end  # what is held counts, chunks kept aside included
+        events += drain(decoder)
+    assert events == expected
+    assert decoder.buffered == 0
+
+
+def test_chunks_received_before_the_decoder_is_asked_are_all_kept() -> None:
+    wire = encode_frame(LARGE) + encode_frame(AFTER)
+    decoder = FrameDecoder()
+    decoder.receive_data(wire[:100_000])
+    assert decoder.next_event() is None
+    for start in range(100_000, len(wire), 10_000):
+        decoder.receive_data(wire[start : start + 10_000])
+    assert decoder.buffered == len(wire)
+    assert drain(decoder) == [LARGE, AFTER]
+
+
+def test_a_large_body_longer_than_its_content_length_is_refused() -> None:
+    wire = encode_frame(LARGE)[:-1] + b"X\0"
+    decoder = FrameDecoder()
+    decoder.receive_data(wire[:1000])
+    assert decoder.next_event() is None
+    decoder.receive_data(wire[1000:])
+    with pytest.raises(RemoteProtocolError, match="content-length of 200000 bytes: byte b'X' follows"):
+        decoder.next_event()
 
 
 # --- malformed input -----------------------------------------------------------------------------

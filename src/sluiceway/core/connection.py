@@ -146,8 +146,10 @@ class CoreConnection(Producer):
     def has_pending_output(self) -> bool:
         return bool(self._busy)
 
-    def take(self, limit: int) -> list[Delivery]:
-        """Up to `limit` (> 0) messages to write now, one per busy subscription in turn.
+    def take(self, limit: int, max_bytes: int) -> list[Delivery]:
+        """Up to `limit` (> 0) messages to write now, one per busy subscription in turn, and no
+        more once their bodies add up to `max_bytes` (at least one is taken), so that large
+        bodies do not pile up in the write buffer far past its high-water mark.
 
         Within a connection the busy subscriptions are served round-robin, one message per turn,
         as Open MQ serves the consumers of a session. A staged message that expired meanwhile is
@@ -160,7 +162,8 @@ class CoreConnection(Producer):
         now = self.clock.time_ms()
         # ack:auto messages taken, by subscription
         auto: defaultdict[Subscription, list[Message]] = defaultdict(list)
-        while busy and len(deliveries) < limit:
+        size = 0
+        while busy and len(deliveries) < limit and size < max_bytes:
             subscription = busy.popleft()
             staged = subscription.staged
             message = staged.popleft()
@@ -170,6 +173,7 @@ class CoreConnection(Producer):
                 subscription.drop_expired(message)
                 continue
             deliveries.append(subscription.write(message))
+            size += len(message.body)
             if subscription.ack_mode is AckMode.AUTO:
                 auto[subscription].append(message)
         for subscription, messages in auto.items():

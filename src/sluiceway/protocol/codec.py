@@ -101,6 +101,10 @@ _A: Final = 0x41  # the first byte of an ACK
 # Once this many consumed bytes sit at the front of the buffer they are dropped; doing it per
 # frame would copy the rest of the buffer once per frame.
 _COMPACT_AT: Final = 64 * 1024
+# A body of at least this many bytes, with a content-length, is kept as the chunks it arrives
+# in and joined once when whole: one copy, where the buffer would take two (appending each
+# chunk, then slicing the body out), and no copy of a growing buffer when it is reallocated.
+_PART_BODY: Final = 64 * 1024
 
 # Decoder states.
 _IDLE: Final = 0  # between frames: EOLs are heart-beats, anything else starts a frame
@@ -155,6 +159,8 @@ class FrameDecoder:
         "_max_frame_size",
         "_max_header_count",
         "_max_header_length",
+        "_parts",
+        "_parts_size",
         "_pos",
         "_scan",
         "_state",
@@ -187,6 +193,8 @@ class FrameDecoder:
         self._header_count = 0
         self._unescapes: dict[str, str] | None = None
         self._body_length: int | None = None
+        self._parts: list[bytes] = []  # a large body's chunks, as received (see _PART_BODY)
+        self._parts_size = 0
         self._error: RemoteProtocolError | None = None
         self._acks: re.Pattern[bytes] | None = None
         self._compile_acks()
@@ -213,7 +221,7 @@ class FrameDecoder:
     def buffered(self) -> int:
         """Bytes received and not yet turned into events (a partial frame counts whole)."""
         start = self._pos if self._state == _IDLE else self._frame_start
-        return len(self._buf) - start
+        return len(self._buf) - start + self._parts_size
 
     def release(self) -> None:
         """Drop every byte held, for good: the stream is not parsed again (its connection is
@@ -221,6 +229,8 @@ class FrameDecoder:
         freed now."""
         self._buf = bytearray()
         self._pos = self._scan = self._frame_start = 0
+        self._parts = []
+        self._parts_size = 0
         self._state = _IDLE
         self._headers = {}
         if self._error is None:
@@ -230,6 +240,10 @@ class FrameDecoder:
         """Buffer `data` for later parsing. Never parses and never raises."""
         if self._error is not None or not data:
             return  # a poisoned stream is never parsed again, so its bytes need not be kept
+        if self._parts:
+            self._parts.append(data)
+            self._parts_size += len(data)
+            return
         buf = self._buf
         keep = self._pos if self._state == _IDLE else self._frame_start
         if keep == len(buf):
@@ -546,18 +560,56 @@ class FrameDecoder:
             end = nul
         else:
             end = start + length
+            if self._parts:
+                return self._read_parts(length)
             if len(buf) <= end:
+                if length >= _PART_BODY:
+                    # The rest of the body is kept as it arrives (receive_data), from the part
+                    # already here.
+                    self._parts.append(bytes(buf[start:]))
+                    self._parts_size = len(buf) - start
+                    del buf[start:]
                 return None
             if buf[end] != _NUL:
-                raise RemoteProtocolError(
-                    f"{self._command} frame body longer than its content-length of {length} "
-                    f"bytes: byte {quote(buf[end : end + 1])} follows the body instead of NUL"
-                )
+                raise self._no_nul(length, buf[end : end + 1])
         with memoryview(buf) as view:
             body = view[start:end].tobytes()
         self._pos = end + 1
         self._state = _IDLE
         self._give_back()
+        return Frame(self._command or "", self._headers, body)
+
+    def _no_nul(self, length: int, found: bytes | bytearray) -> RemoteProtocolError:
+        return RemoteProtocolError(
+            f"{self._command} frame body longer than its content-length of {length} "
+            f"bytes: byte {quote(found)} follows the body instead of NUL"
+        )
+
+    def _read_parts(self, length: int) -> Frame | None:
+        """A large body kept as received chunks: once it and its NUL are all here, join it (one
+        copy), and keep what follows in the chunk that ends it as the buffer's new start."""
+        if self._parts_size <= length:
+            return None
+        parts = self._parts
+        remaining = length + 1  # the body and its NUL
+        index = 0
+        while len(parts[index]) < remaining:
+            remaining -= len(parts[index])
+            index += 1
+        last = parts[index]
+        if last[remaining - 1] != _NUL:
+            raise self._no_nul(length, last[remaining - 1 : remaining])
+        pieces: list[bytes | memoryview] = list(parts[:index])
+        pieces.append(memoryview(last)[: remaining - 1])
+        body = b"".join(pieces)
+        rest = bytearray(memoryview(last)[remaining:])
+        for part in parts[index + 1 :]:
+            rest += part
+        self._parts = []
+        self._parts_size = 0
+        self._buf = rest
+        self._pos = self._scan = self._frame_start = 0
+        self._state = _IDLE
         return Frame(self._command or "", self._headers, body)
 
     def _give_back(self) -> None:

@@ -1,7 +1,8 @@
 """The MESSAGE frame as the broker writes it in STOMP 1.2, from plain values, in few steps.
 
-A MESSAGE is the one frame written once per delivery, so it is assembled from two parts
-instead of going through `encode_frame`:
+A MESSAGE is the one frame written once per delivery, so it is assembled from parts instead of
+going through `encode_frame` (the broker writes the parts of many frames with one join, so a
+body is copied once on its way out):
 
 - the head: the command line and the headers of this delivery (`subscription`, `message-id`,
   `ack` for client-acknowledged subscriptions, `redelivered`, `delivery-count`), one f-string;
@@ -29,13 +30,11 @@ from sluiceway.protocol.frames import StompVersion
 escape_name: Final = lru_cache(maxsize=4096)(escape_value)
 
 
-def message_frame(  # noqa: PLR0917  (positional: called per MESSAGE)
-    subscription: str, message_id: str, ack: str, delivery_count: int, tail: bytes, body: bytes
-) -> bytes | None:
-    """The whole frame: the command line and the per-delivery headers, then `tail` (from
-    `plain_tail` or `header_tail`), the body and the NUL. `subscription` as the client named it;
-    `message_id` and `ack` (the ack header's value, "" for none) already escaped, as the
-    caller keeps them with the tail. None when a value has no UTF-8 form."""
+def message_head(subscription: str, message_id: str, ack: str, delivery_count: int) -> bytes | None:
+    """The command line and the per-delivery headers, which `tail` (from `plain_tail` or
+    `header_tail`), the body and the NUL follow. `subscription` as the client named it;
+    `message_id` and `ack` (the ack header's value, "" for none) already escaped, as the caller
+    keeps them with the tail. None when a value has no UTF-8 form."""
     # Constant pairs, no string built: the ack line costs nothing when there is none.
     ack_name, ack_end = ("ack:", "\n") if ack else ("", "")
     head = (
@@ -44,10 +43,19 @@ def message_frame(  # noqa: PLR0917  (positional: called per MESSAGE)
         f"delivery-count:{delivery_count}\n"
     )
     try:
-        encoded = head.encode()
+        return head.encode()
     except UnicodeEncodeError:
         return None
-    return b"".join((encoded, tail, body, b"\0"))
+
+
+def message_frame(  # noqa: PLR0917  (positional, as message_head)
+    subscription: str, message_id: str, ack: str, delivery_count: int, tail: bytes, body: bytes
+) -> bytes | None:
+    """The whole frame: `message_head`, `tail`, the body and the NUL; None as message_head."""
+    head = message_head(subscription, message_id, ack, delivery_count)
+    if head is None:
+        return None
+    return b"".join((head, tail, body, b"\0"))
 
 
 def plain_tail(  # noqa: PLR0917  (positional: called per message)

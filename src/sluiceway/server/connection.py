@@ -406,18 +406,19 @@ class StompProtocol(asyncio.Protocol):
         transport = self._transport
         assert transport is not None
         room = self._server.config.write_high_water - transport.get_write_buffer_size()
-        chunks: list[bytes] = []
+        # The frames' parts (bodies among them, as they are kept) are joined once, here: each
+        # body is copied once on its way to the socket.
+        parts: list[bytes] = []
         while written < turn and not self._writing_paused:
-            data, count = session.take_payload(min(WRITE_CHUNK, turn - written))
+            count, size = session.take_parts(min(WRITE_CHUNK, turn - written), max(room, 1), parts)
             if not count:
                 break
-            chunks.append(data)
-            room -= len(data)
+            room -= size
             written += count
-            if room < 0:
-                break  # the write takes the buffer past its high-water mark: writing pauses
-        if chunks:
-            self._write(b"".join(chunks))
+            if room <= 0:
+                break  # the write takes the buffer to its high-water mark: writing pauses
+        if parts:
+            self._write(b"".join(parts))
         if written:
             self._server.broker.settle()  # auto-acknowledged messages made room
         if session.has_payload and not self._writing_paused:

@@ -19,8 +19,7 @@ from sluiceway.errors import BrokerError
 from sluiceway.naming import DestinationKind
 from sluiceway.protocol.encoder import encode_frame, escape_value
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.protocol.message_frame import header_tail, plain_tail
-from sluiceway.protocol.message_frame import message_frame as encode_message
+from sluiceway.protocol.message_frame import header_tail, message_head, plain_tail
 
 ACK_SEPARATOR = "/"  # ack id = "<subscription number>/<message id>": needs no escaping
 # Headers the broker puts on every MESSAGE besides the producer's: a SEND may carry at most
@@ -53,26 +52,40 @@ _TOPIC: Final = DestinationKind.TOPIC
 
 
 def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
-    """The MESSAGE for `delivery`. In STOMP 1.2 the headers that are the same for every
-    delivery of the message are encoded once (and kept on a topic's message for its other
-    subscribers); only the subscription's and delivery's own are encoded per frame."""
+    """The MESSAGE for `delivery`, as `message_parts` gives it, in one piece."""
+    parts: list[bytes] = []
+    message_parts(delivery, version, parts)
+    return b"".join(parts)
+
+
+def message_parts(delivery: Delivery, version: StompVersion, out: list[bytes]) -> int:
+    """Append the MESSAGE for `delivery` to `out` in parts, the body one of them uncopied, and
+    return its length. In STOMP 1.2 the headers that are the same for every delivery of the
+    message are encoded once (and kept on a topic's message for its other subscribers); only
+    the subscription's and delivery's own are encoded per frame."""
     if version is not StompVersion.V1_2:
-        return _message_frame(delivery, version)
+        return _whole(_message_frame(delivery, version), out)
     message = delivery.message
     wire = message.wire or _message_wire(message)
     if wire is None:
-        return _message_frame(delivery, version)
+        return _whole(_message_frame(delivery, version), out)
     message_id, tail = wire
     subscription = delivery.subscription
     ack = ""
     if subscription.ack_mode is not AckMode.AUTO:
         ack = f"{subscription.number}{ACK_SEPARATOR}{message_id}"
-    encoded = encode_message(
-        subscription.id, message_id, ack, delivery.delivery_count, tail, message.body
-    )
-    if encoded is None:
-        return _message_frame(delivery, version)  # which names the header it cannot send
-    return encoded
+    head = message_head(subscription.id, message_id, ack, delivery.delivery_count)
+    if head is None:
+        # encode_frame names the header it cannot send
+        return _whole(_message_frame(delivery, version), out)
+    body = message.body
+    out += (head, tail, body, b"\0")
+    return len(head) + len(tail) + len(body) + 1
+
+
+def _whole(frame: bytes, out: list[bytes]) -> int:
+    out.append(frame)
+    return len(frame)
 
 
 def _message_wire(message: Message) -> tuple[str, bytes] | None:

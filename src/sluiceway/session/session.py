@@ -2,8 +2,8 @@
 
 This module never imports asyncio. The I/O layer feeds received bytes to `receive_data`, writes
 `data_to_send()` (control frames: CONNECTED, RECEIPT, ERROR) at once, and pulls payload with
-`take_payload(n)` when the socket can take more, at most `connection-flow-count` MESSAGE frames
-between two flushes of control frames (Open MQ's flow metering).
+`take_parts` (or `take_payload`) when the socket can take more, at most `connection-flow-count`
+MESSAGE frames between two flushes of control frames (Open MQ's flow metering).
 
 Any bad input (a malformed frame, an over-long header, an unknown command, an ACK for an unknown
 id, an unknown destination prefix) gets an ERROR frame with a `message` header, a `status` header
@@ -64,7 +64,7 @@ from sluiceway.session.render import (
     connected_frame,
     error_frame,
     failed_receipt_frame,
-    message_frame,
+    message_parts,
     parse_ack_id,
     receipt_frame,
 )
@@ -76,6 +76,8 @@ Extra = Mapping[str, str] | None  # headers a handler adds to its RECEIPT
 DEFERRED: Final[Mapping[str, str]] = MappingProxyType({})
 # Read on every message: a Final name is a C static when compiled (setup.py says why).
 _PRODUCE: Final = Operation.PRODUCE
+# take_payload's byte budget: none (the frame count alone bounds it).
+NO_BYTE_LIMIT: Final = 1 << 62
 
 
 class SessionState(enum.Enum):
@@ -266,18 +268,29 @@ class StompSession:
         self.frames_out += 1
 
     def take_payload(self, max_frames: int) -> tuple[bytes, int]:
-        """Up to `max_frames` MESSAGE frames to write now, and how many there are."""
+        """Up to `max_frames` MESSAGE frames to write now, in one piece, and how many there are."""
+        parts: list[bytes] = []
+        count, _ = self.take_parts(max_frames, NO_BYTE_LIMIT, parts)
+        return b"".join(parts), count
+
+    def take_parts(self, max_frames: int, max_bytes: int, out: list[bytes]) -> tuple[int, int]:
+        """Append up to `max_frames` MESSAGE frames to write now to `out`, in parts (bodies
+        uncopied, so the writer joins everything once), stopping after the one whose body
+        reaches `max_bytes` of bodies; return how many frames and bytes."""
         core = self.core
         if core is None or self.state is not SessionState.CONNECTED:
-            return b"", 0
-        deliveries = core.take(max_frames)
+            return 0, 0
+        deliveries = core.take(max_frames, max_bytes)
         if not deliveries:
-            return b"", 0
+            return 0, 0
         version = self.version
         assert version is not None
         self.frames_out += len(deliveries)
         self.messages_out += len(deliveries)
-        return b"".join([message_frame(d, version) for d in deliveries]), len(deliveries)
+        size = 0
+        for delivery in deliveries:
+            size += message_parts(delivery, version, out)
+        return len(deliveries), size
 
     @property
     def has_payload(self) -> bool:

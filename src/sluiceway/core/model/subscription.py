@@ -217,12 +217,14 @@ class Subscription:
             return None
         if self.ack_mode is not AckMode.CLIENT:
             return [unacked.pop(message_id)]
-        selected: list[Message] = []
-        for key in list(unacked):
-            selected.append(unacked.pop(key))
+        # The keys first, then the pops: the walk stops at `message_id`, so an ACK per message
+        # costs one step, not a copy of every key awaiting acknowledgement.
+        covered: list[str] = []
+        for key in unacked:
+            covered.append(key)
             if key == message_id:
                 break
-        return selected
+        return [unacked.pop(key) for key in covered]
 
     def close(self) -> None:
         """Detach; every staged and unacknowledged message goes back to the destination."""
