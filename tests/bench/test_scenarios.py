@@ -187,3 +187,31 @@ def test_no_broker_exits_3_with_one_line(capsys: pytest.CaptureFixture[str]) -> 
     err = capsys.readouterr().err
     assert err.startswith(f"sluiceway bench: cannot connect to 127.0.0.1:{port}")
     assert err.count("\n") == 1
+
+
+def test_many_small_producers_and_consumers_acknowledging_each_message(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    status, result = bench(
+        broker, tmp_path, "queue", "--messages", "4000", "--producers", "4", "--consumers", "4",
+        "--size", "128", "--ack", "client", "--ack-every", "1", "--prefetch", "100",
+        "--destination", "/queue/small-acks",
+    )  # fmt: skip
+    assert status == 0
+    assert (result["sent"], result["received"]) == (4000, 4000)
+    assert (result["missing"], result["duplicated"]) == (0, 0)
+    assert len(result["consumers"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--ack", "client-individual", "--ack-every", "5"], "is for --ack client"),
+        (["--ack", "client", "--ack-every", "50", "--prefetch", "10"], "more than --prefetch 10"),
+    ],
+)
+def test_an_ack_every_that_cannot_work_is_refused(
+    capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    assert main(["bench", "queue", "--port", "1", *args]) == 2
+    assert says in capsys.readouterr().err

@@ -52,6 +52,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--persistent", action="store_true", help="send persistent:true")
     p.add_argument("--ack", choices=ACK_MODES, help="default auto; client-individual (fairness)")
     p.add_argument("--prefetch", type=int, default=0, help="per subscription, 0: the broker's")
+    p.add_argument(
+        "--ack-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--ack client: one cumulative ACK every N messages (default 0: half the prefetch, "
+        "or every message without one)",
+    )
     p.add_argument("--receipts", action="store_true", help="ask a receipt for every send")
     p.add_argument("--window", type=int, default=500, help="unanswered sends with --receipts")
     p.add_argument("--rate", type=float, default=0.0, help="messages/s in all (latency: needed)")
@@ -92,6 +100,15 @@ def settings_from(args: argparse.Namespace) -> Settings:
             raise ValueError(f"--{name} must be at least 1")
     if args.prefetch < 0 or args.rate < 0 or args.timeout <= 0:
         raise ValueError("--prefetch and --rate cannot be negative; --timeout must be positive")
+    if args.ack_every < 0 or (args.ack_every and args.ack != "client"):
+        raise ValueError(
+            "--ack-every N is for --ack client (cumulative acknowledgements), N 1 or more"
+        )
+    if args.prefetch and args.ack_every > args.prefetch:
+        raise ValueError(
+            f"--ack-every {args.ack_every} is more than --prefetch {args.prefetch}: the broker "
+            "stops delivering at the prefetch, so the ACK would never come; lower --ack-every"
+        )
     if args.broker_pid and not os.path.exists(f"/proc/{args.broker_pid}"):
         raise ValueError(f"--broker-pid {args.broker_pid}: no such process")
     if args.busy_warning < 0:
@@ -108,6 +125,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         persistent=args.persistent,
         ack=args.ack or default_ack,
         prefetch=args.prefetch,
+        ack_every=args.ack_every,
         receipts=args.receipts,
         window=args.window,
         rate=args.rate,

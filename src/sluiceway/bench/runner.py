@@ -57,6 +57,7 @@ class Settings:
     persistent: bool = False
     ack: str = "auto"
     prefetch: int = 0
+    ack_every: int = 0  # ack:client: a cumulative ACK every this many messages; 0: half prefetch
     receipts: bool = False
     window: int = 500
     rate: float = 0.0  # messages per second, all producers together; 0: unpaced
@@ -157,7 +158,7 @@ class Run:
             delay = s.delays_ms[index] if index < len(s.delays_ms) else 0.0
             spec = ConsumerSpec(
                 s.target, index, s.destination, s.counts(), s.ack, s.prefetch, delay,
-                self.outcome.origin_ns,
+                self.outcome.origin_ns, s.ack_every,
             )  # fmt: skip
             self._spawn(consumer_main, spec, self.shared)
 

@@ -72,6 +72,7 @@ class ConsumerSpec:
     prefetch: int  # 0: the broker's default
     delay_ms: float  # simulated processing time per message
     start_ns: int  # the run's origin, for the per-second series
+    ack_every: int = 0  # ack:client: messages per cumulative ACK; 0: half the prefetch
 
 
 @dataclass
@@ -359,9 +360,12 @@ class ConsumerLoop:
         self.spec, self.shared, self.stream, self.tally = spec, shared, stream, tally
         self._loop = asyncio.get_running_loop()
         self.done: asyncio.Future[None] = self._loop.create_future()
-        # client (cumulative) acknowledgement: ack half a prefetch window at a time, so that
-        # the broker never waits on us; without a known window, every message.
-        self.ack_every = max(1, spec.prefetch // 2) if spec.ack == "client" else 1
+        # client (cumulative) acknowledgement: every `ack_every` messages as asked, else half a
+        # prefetch window at a time, so that the broker never waits on us; without a known
+        # window, every message.
+        self.ack_every = 1
+        if spec.ack == "client":
+            self.ack_every = spec.ack_every or max(1, spec.prefetch // 2)
         self.unacked = ""
         self.pending = 0
         self.delaying = False  # a message is being worked on (its delay has not passed)
