@@ -7,7 +7,8 @@ to the process that listens on the port, and stops it. Runs are interleaved: run
 scenario on every broker, then run 2, and so on, with the order of the brokers rotated from run
 to run, so that a slow spell of the machine does not fall on one broker alone. RabbitMQ and
 ActiveMQ come from the OS packages (`benchmarks/peers.sh install`) and run with the packages'
-default settings.
+default settings. The large-body scenarios also run through `relay.py`, which is no broker but
+the same frames carried from producer to consumer with nothing kept: the ceiling.
 
 Each figure is the median of the runs; beside it, its ratio to the best peer's figure in the
 same run (median of those ratios), so that 2.00x reads "twice the best peer" whichever way the
@@ -16,7 +17,7 @@ A figure is marked `*` when, in one of its runs, a process of the load generator
 80 % of a core (`sluiceway bench` reports each one's share): the figure may then be the
 generator's limit rather than the broker's.
 
-    .venv/bin/python benchmarks/compare.py [--runs 3] [--brokers sluiceway,rabbitmq,activemq]
+    .venv/bin/python benchmarks/compare.py [--runs 3] [--brokers sluiceway,rabbitmq,activemq,relay]
         [--scenarios queue,latency,...] [--scale 0.1]
 
 Writes benchmarks/results/compare.json (every run; `--results PATH` writes elsewhere) and,
@@ -50,6 +51,9 @@ RESULTS = HERE / "results" / "compare.json"
 README = HERE / "README.md"
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 PEERS = ("rabbitmq", "activemq")
+# Not a broker: the same bytes carried by a minimal relay (relay.py), the ceiling for large bodies.
+CEILING = "relay"
+COLUMNS = ("sluiceway", *PEERS, CEILING)
 START_TIMEOUT = 90.0
 
 
@@ -82,6 +86,22 @@ QUEUE_ACKS = ("--ack", "client-individual", "--prefetch", "1000")
 # (the JMS IQ throttling). The backlog scenario asks for a million with no consumer, so both are
 # lifted; memory is left to the defaults: beyond the swap point messages go to disk.
 UNLIMITED = ("imq.autocreate.destination.maxNumMsgs=-1", "imq.throttling.server.threshold=0")
+
+
+MEGABYTES = Figure("MB/s of bodies received", "megabytes_per_second")
+
+
+def large(label: str, size: int, messages: int) -> Scenario:
+    """Large bodies, one producer and one consumer, also through the relay (the ceiling)."""
+    return Scenario(
+        f"large-{label.replace(' ', '').lower()}",
+        f"{label} bodies, 1 producer, 1 consumer, client-individual acks, prefetch 100",
+        ("queue", "--messages", str(messages), "--size", str(size),
+         "--ack", "client-individual", "--prefetch", "100"),
+        (MEGABYTES, RECEIVED),
+        brokers=("sluiceway", *PEERS, CEILING),
+        target="2x best peer",
+    )  # fmt: skip
 
 
 def fairness(key: str, title: str, prefetch: int, **options: Any) -> Scenario:
@@ -151,6 +171,36 @@ SCENARIOS: tuple[Scenario, ...] = (
         properties=UNLIMITED,
         target="RSS < 200 MB, rates >= best peer",
     ),
+    large("16 KiB", 16 * 1024, 40_000),
+    large("64 KiB", 64 * 1024, 10_000),
+    large("1 MiB", 1024 * 1024, 1_000),
+    Scenario(
+        "small-many",
+        "128-byte bodies, 4 producers, 4 consumers, ack:client with an ACK per message, "
+        "prefetch 1000",
+        (
+            "queue",
+            "--messages",
+            "200000",
+            "--size",
+            "128",
+            "--producers",
+            "4",
+            "--consumers",
+            "4",
+            "--ack",
+            "client",
+            "--ack-every",
+            "1",
+            "--prefetch",
+            "1000",
+        ),
+        (RECEIVED,),
+        # The peers hold producers that outrun the consumers; Sluiceway does so when asked
+        # (by default it refuses past 100,000 messages, and without receipts they are lost).
+        properties=("imq.autocreate.destination.limitBehavior=FLOW_CONTROL",),
+        target="2x best peer",
+    ),
     fairness("fairness", "prefetch 1000, default dispatch", 1000, target="no idling"),
     fairness(
         "fairness-fair",
@@ -172,6 +222,8 @@ class Broker:
     login: tuple[str, str]
 
     def command(self, state: Path, properties: tuple[str, ...]) -> list[str]:
+        if self.name == CEILING:
+            return [sys.executable, str(HERE / "relay.py"), "--port", str(self.port)]
         if self.name == "sluiceway":
             sluiceway = str(Path(sys.executable).with_name("sluiceway"))
             args = [sluiceway, "broker", "--port", str(self.port), "--data-dir", str(state)]
@@ -185,6 +237,7 @@ BROKERS = {
     "sluiceway": Broker("sluiceway", 61713, ("", "")),
     "rabbitmq": Broker("rabbitmq", 61723, ("guest", "guest")),  # +1, +2: AMQP, distribution
     "activemq": Broker("activemq", 61733, ("admin", "admin")),
+    CEILING: Broker(CEILING, 61743, ("", "")),
 }
 
 
@@ -339,29 +392,41 @@ def summarise(scenario: Scenario, measurements: list[Measurement]) -> list[str]:
     rows = []
     for figure in scenario.figures:
         cells = []
-        for name in ("sluiceway", *PEERS):
+        for name in COLUMNS:
             runs = [m for m in mine if m.broker == name]
             if not runs:
                 cells.append("n/a" if name not in scenario.brokers else "failed")
                 continue
-            median = statistics.median(m.figures[figure.key] for m in runs)
+            values = [m.figures[figure.key] for m in runs]
             ratios = [r for m in runs if (r := peer_ratio(m, mine + peers, figure)) is not None]
-            shown = f"{median:,.0f}" if median >= 100 else f"{median:.2f}"
+            median = statistics.median(values)
+            shown = number(median)
             shown += "*" if any(m.saturated for m in runs) else ""
-            cells.append(shown + (f" ({statistics.median(ratios):.2f}x)" if ratios else ""))
+            shown += f" ({statistics.median(ratios):.2f}x)" if ratios else ""
+            if len(values) > 1:
+                shown += f" [{number(min(values), median)}-{number(max(values), median)}]"
+            cells.append(shown)
         target = scenario.target if figure is scenario.figures[0] else ""
         rows.append(f"| {scenario.title}: {figure.label} | {' | '.join(cells)} | {target} |")
     return rows
 
 
+def number(value: float, like: float | None = None) -> str:
+    """`value` with no decimals from 100 up, else two; as `like` would be shown, if given."""
+    return f"{value:,.0f}" if (value if like is None else like) >= 100 else f"{value:.2f}"
+
+
 def table(measurements: list[Measurement], runs: int) -> str:
     failed = [m for m in measurements if m.error]
     lines = [
-        f"Medians of {runs} interleaved runs; in brackets, the ratio to the best peer in the same "
-        "run (higher is better for every ratio).",
+        f"Medians of {runs} interleaved runs; in round brackets, the ratio to the best peer in "
+        "the same run (higher is better for every ratio); in square brackets, the lowest and "
+        "highest of the runs. The relay is no broker: it carries the same frames from the "
+        "producer to the consumer and keeps nothing (relay.py), the ceiling for large bodies.",
         "",
-        "| scenario: figure | Sluiceway | RabbitMQ 3.10 | ActiveMQ 5.17 | target |",
-        "|---|---|---|---|---|",
+        "| scenario: figure | Sluiceway | RabbitMQ 3.10 | ActiveMQ 5.17 | relay (ceiling) "
+        "| target |",
+        "|---|---|---|---|---|---|",
     ]
     for scenario in SCENARIOS:
         lines += summarise(scenario, measurements)
@@ -404,7 +469,7 @@ def write_readme(text: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--brokers", default="sluiceway,rabbitmq,activemq")
+    parser.add_argument("--brokers", default=",".join(COLUMNS))
     parser.add_argument("--scenarios", default=",".join(s.key for s in SCENARIOS))
     parser.add_argument("--scale", type=float, default=1.0, help="multiply message counts")
     parser.add_argument(

@@ -55,7 +55,8 @@ def test_ratios_are_to_the_best_peer_of_the_same_run(compare: ModuleType) -> Non
     (row,) = compare.summarise(compare.SCENARIOS[0], runs)
     # Per run: 300/150, 200/200, 400/100 -> median 2.00; the median figure is 300.
     # RabbitMQ: 100/150, 200/200, 100/100 -> 1.00; ActiveMQ: 1, 50/200, 1 -> 1.00.
-    assert "| 300 (2.00x) | 100 (1.00x) | 100 (1.00x) |" in row
+    # In square brackets, the lowest and highest of the runs; no relay in this scenario.
+    assert "| 300 (2.00x) [200-400] | 100 (1.00x) [100-200] | 100 (1.00x) [50-150] | n/a |" in row
     assert row.endswith("| 2x best peer |")
 
 
@@ -67,8 +68,23 @@ def test_lower_is_better_figures_read_as_best_peer_over_figure(compare: ModuleTy
         "activemq": {"latency_p50": [2.0], "latency_p99": [3.2]},
     })  # fmt: skip
     p50, p99 = compare.summarise(latency, runs)
-    assert "| 0.50 (2.00x) | 1.00 (1.00x) | 2.00 (0.50x) |" in p50
+    assert "| 0.50 (2.00x) | 1.00 (1.00x) | 2.00 (0.50x) | n/a |" in p50
     assert "| 0.80 (2.00x) |" in p99
+
+
+def test_the_relay_is_a_column_of_its_own_held_to_the_best_peer(compare: ModuleType) -> None:
+    scenario = next(s for s in compare.SCENARIOS if s.key == "large-64kib")
+    key = "megabytes_per_second"
+    runs = measured(compare, scenario.key, {
+        "sluiceway": {key: [700.0], "received_per_second": [11_000.0]},
+        "rabbitmq": {key: [350.0], "received_per_second": [5_500.0]},
+        "activemq": {key: [300.0], "received_per_second": [4_800.0]},
+        "relay": {key: [900.0], "received_per_second": [14_000.0]},
+    })  # fmt: skip
+    megabytes, _ = compare.summarise(scenario, runs)
+    # The relay is no peer: Sluiceway's ratio is to RabbitMQ's 350, and the relay's too.
+    assert "| 700 (2.00x) | 350 (1.00x) | 300 (0.86x) | 900 (2.57x) | 2x best peer |" in megabytes
+    assert "relay.py" in compare.BROKERS["relay"].command(Path("unused"), ())[1]
 
 
 def test_failed_runs_are_left_out_and_listed(compare: ModuleType) -> None:
@@ -80,7 +96,7 @@ def test_failed_runs_are_left_out_and_listed(compare: ModuleType) -> None:
     })  # fmt: skip
     runs[1].error = "3 missing, 0 duplicated"
     text = compare.table(runs, 2)
-    assert "| 300 (3.00x) |" in text
+    assert "| 300 (3.00x) | 100 (1.00x) [100-100] |" in text
     assert "- run 2, queue, sluiceway: 3 missing, 0 duplicated" in text
 
 

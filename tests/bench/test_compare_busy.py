@@ -36,7 +36,7 @@ def test_a_figure_measured_by_a_saturated_generator_is_marked_for_any_broker(
     by = {(m.broker, m.run): m for m in runs}
     by["rabbitmq", 2].saturated = ["consumer 0 93%"]
     (row,) = compare.summarise(compare.SCENARIOS[0], runs)
-    assert "| 250 (2.50x) | 100* (1.00x) | 100 (1.00x) |" in row
+    assert "| 250 (2.50x) [200-300] | 100* (1.00x) [100-100] | 100 (1.00x) [100-100] |" in row
     text = compare.table(runs, 2)
     assert "Figures marked * were measured while a process of the load generator used more " in (
         text
