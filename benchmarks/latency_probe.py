@@ -378,8 +378,11 @@ def exchange(
     # What the rest of the machine used meanwhile, in cores: other work competes
     # with the broker and the probe for the same cores. "stolen": cores' worth of time the
     # host of a virtual machine gave to others.
+    # In a virtual machine a process's own CPU time may include time stolen from it (its
+    # clock ran while the host ran something else), so the difference can come out below
+    # zero: it is then taken as zero, and "stolen" says why.
     stolen = share.pop("stolen")
-    share["others"] = round(share.pop("machine") - sum(share.values()), 3)
+    share["others"] = round(max(0.0, share.pop("machine") - sum(share.values())), 3)
     share["stolen"] = stolen
     reports["cpu_share"] = share
     # Share of the interval each process was runnable and not running: time lost to the

@@ -341,7 +341,12 @@ class FrameDecoder:
             end = -1
         if end < 0:
             return None
-        frame = Frame(command, headers, bytes(buf[start:end]))
+        if end - start < _PART_BODY:
+            body = bytes(buf[start:end])  # two copies, but cheaper than a view's objects
+        else:
+            with memoryview(buf) as view:
+                body = view[start:end].tobytes()  # one copy of a large body
+        frame = Frame(command, headers, body)
         self._pos = end + 1
         self._give_back()
         return frame
