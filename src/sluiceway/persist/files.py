@@ -12,6 +12,7 @@ with the `errno` the operating system would give.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -29,6 +30,11 @@ class Files(Protocol):
 
     def write(self, fd: int, data: Data) -> int:
         """Write at the end (files are opened with O_APPEND) or at the position; may be short."""
+        ...
+
+    def writev(self, fd: int, parts: Sequence[Data]) -> int:
+        """Write `parts` one after the other in one call, as `write` writes one (at most
+        IOV_MAX of them); may be short."""
         ...
 
     def pread(self, fd: int, size: int, offset: int) -> bytes: ...
@@ -75,6 +81,9 @@ class OsFiles:
 
     def write(self, fd: int, data: Data) -> int:
         return os.write(fd, data)
+
+    def writev(self, fd: int, parts: Sequence[Data]) -> int:
+        return os.writev(fd, parts)
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         return os.pread(fd, size, offset)

@@ -54,7 +54,7 @@ from sluiceway.persist.segments import (
     bad_type,
     open_file,
     remove_file,
-    write_all,
+    write_all_parts,
 )
 
 _JOIN_TIMEOUT: Final = 30.0  # seconds close() waits for the fsync thread's last round
@@ -281,15 +281,17 @@ class Journal:
 
     def _write_buffered(self) -> bool:
         """Write the buffered records; False when the write failed (they wait, see _stall)."""
-        data, lsn = b"".join(self._chunks), self._next_lsn - 1
-        self._chunks = [data]  # kept until written: a failed write leaves them, in order
+        # The records' headers and payloads go out as they are, in vectored writes: no copy of
+        # the payloads (message bodies among them) into one buffer. They are kept until written:
+        # a failed write leaves them, in order.
+        lsn, size = self._next_lsn - 1, self._end - self._written_end
         try:
-            write_all(self._files, self._active_fd, data)
+            write_all_parts(self._files, self._active_fd, self._chunks)
         except OSError as error:
-            self._stall(len(data), error)
+            self._stall(size, error)
             return False
         self._chunks = []
-        self._bytes_written += len(data)
+        self._bytes_written += size
         self._written_end = self._end
         if self._sync is SyncPolicy.GROUP:
             with self._cond:

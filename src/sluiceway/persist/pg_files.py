@@ -61,7 +61,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -246,6 +246,9 @@ class PgFiles:
         with self._lock:
             self._descriptor(fd)
             del self._open[fd]
+
+    def writev(self, fd: int, parts: Sequence[Data]) -> int:
+        return self.write(fd, b"".join(parts))
 
     def write(self, fd: int, data: Data) -> int:
         with self._lock:

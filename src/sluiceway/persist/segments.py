@@ -33,16 +33,17 @@ write a crash cut short from a record damaged on disk (`SegmentFile.complete`).
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from sluiceway.core.model.store import StoreError, StoreWriteError
-from sluiceway.persist.files import Files
+from sluiceway.persist.files import Data, Files
 
 MAGIC: Final = b"SWJ1"
 VERSION: Final = 1
@@ -53,6 +54,8 @@ COMPACTED_HEADER: Final = struct.Struct("<4sIQQ")
 RECORD: Final = struct.Struct("<IIQB")
 LEN_CRC: Final = struct.Struct("<II")  # the record header's first 8 bytes
 LSN_TYPE: Final = struct.Struct("<QB")  # its last 9, which the CRC covers
+# The most buffers one vectored write takes (Linux: 1024).
+IOV_MAX: Final = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
 U64: Final = struct.Struct("<Q")
 assert (HEADER.size, COMPACTED_HEADER.size, RECORD.size, U64.size) == (16, 24, 17, 8)
 assert LEN_CRC.size + LSN_TYPE.size == RECORD.size
@@ -211,6 +214,20 @@ def write_all(files: Files, fd: int, data: bytes) -> None:
     written = files.write(fd, data)
     while written < len(data):  # a short write: the rest, without copying it
         written += files.write(fd, memoryview(data)[written:])
+
+
+def write_all_parts(files: Files, fd: int, parts: Sequence[bytes]) -> None:
+    """Write `parts` one after the other with vectored writes (no copy into one buffer),
+    IOV_MAX at a time, resuming after a short write where it stopped."""
+    pending: list[Data] = list(parts)
+    start = 0
+    while start < len(pending):
+        written = files.writev(fd, pending[start : start + IOV_MAX])
+        while start < len(pending) and written >= len(pending[start]):
+            written -= len(pending[start])
+            start += 1
+        if written:
+            pending[start] = memoryview(pending[start])[written:]
 
 
 def pread(files: Files, fd: int, size: int, offset: int) -> bytes:

@@ -30,7 +30,7 @@ import errno
 import os
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +114,10 @@ class SimulatedDisk:
         with self._lock:
             self._file(fd)
             del self._open[fd]
+
+    def writev(self, fd: int, parts: Sequence[Data]) -> int:
+        # One write of the parts together: torn, short or refused as that write would be.
+        return self.write(fd, b"".join(parts))
 
     def write(self, fd: int, data: Data) -> int:
         with self._lock:
