@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from sluiceway.client.pipeline import PipelineConnection, PipelineSettings
 from sluiceway.testing import BrokerProcess
 from tests.cli.support import api, get, pairs, run_cmd, run_on_terminal, table_rows, wait_until
 from tests.e2e.rawclient import RawClient
@@ -195,3 +196,20 @@ def test_compact(broker: BrokerProcess, client: RawClient) -> None:
     assert every.status == 0, every.err
     assert set(every.json()) == {"segments_deleted", "segments_compacted"}
     assert summary(broker, "queue", "compacted")["msgs"] == 1  # compaction loses nothing live
+
+
+def test_pipeline_readers_show_in_list_and_query(broker: BrokerProcess, client: RawClient) -> None:
+    port = broker.admin_port
+    with PipelineConnection(PipelineSettings(port=broker.port)) as pipeline:
+        pipeline.open_cursor("/topic/feed", "etl", "earliest")
+    send(client, "/topic/feed", 4)
+    listed = run_cmd("list", "dst", "-t", "t", admin_port=port)
+    assert listed.status == 0, listed.err
+    assert "Readers" in listed.out.splitlines()[2]
+    rows = {row[0]: row for row in table_rows(listed.out)}
+    assert rows["feed"][-1] == "1"
+    query = run_cmd("query", "dst", "-t", "t", "-n", "feed", admin_port=port)
+    assert query.status == 0, query.err
+    shown = pairs(query.out)
+    assert shown["Current Number of Pipeline Readers"] == "1"
+    assert shown["cursor-group etl"].startswith("lag 4 messages, ")

@@ -91,6 +91,8 @@ LIST_DST = (
     Column("Count", "msgs", group="Msgs"),
     Column("UnAck", "unacked", group="Msgs"),
     Column("Avg Size", "avg_size", group="Msgs"),
+    # Not an Open MQ column: the destination's pipeline readers (cursor or lease groups).
+    Column("Readers", "pipeline_readers"),
 )
 
 
@@ -122,6 +124,14 @@ def _dst_text(detail: dict[str, Any]) -> str:
         ("Current Number of Active Consumers", summary["active_consumers"]),
         ("Current Number of Backup Consumers", summary["backup_consumers"]),
         ("  Paused by Flow Control", len(detail.get("paused_consumers") or [])),
+        ("Current Number of Pipeline Readers", summary["pipeline_readers"]),
+    ]
+    state += [
+        (
+            f"  {reader['kind']} {reader['group']}",
+            f"lag {reader['lag_messages']} messages, {reader['lag_seconds']} s",
+        )
+        for reader in detail.get("readers") or []
     ]
     if summary["type"] == "topic":
         state.append(("Durable Subscriptions", detail.get("durables", 0)))
