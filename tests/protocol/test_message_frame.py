@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sluiceway.errors import LocalProtocolError
 from sluiceway.protocol.encoder import encode_frame, escape_value
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.protocol.message_frame import header_tail, message_frame, plain_tail
+from sluiceway.protocol.message_frame import header_tail, message_head, plain_tail
 
 # The characters the frame format escapes, drawn often, and a lone surrogate, which has no UTF-8
 # form (a str from a producer's decoded header never holds one, but the encoder must not rely
@@ -89,9 +89,8 @@ class Message:
             return None
         message_id = escape_value(self.message_id)
         ack = "" if self.ack is None else escape_value(self.ack)
-        return message_frame(
-            self.subscription, message_id, ack, self.delivery_count, tail, self.body
-        )
+        head = message_head(self.subscription, message_id, ack, self.delivery_count)
+        return None if head is None else b"".join((head, tail, self.body, b"\0"))
 
 
 @st.composite
@@ -151,4 +150,4 @@ def test_a_plain_message_in_parts() -> None:
 
 def test_a_header_without_a_utf8_form_is_refused_by_both() -> None:
     assert header_tail({"x": "\ud800", "content-length": "0"}) is None
-    assert message_frame("\udfff", "m", "", 1, b"\n", b"") is None
+    assert message_head("\udfff", "m", "", 1) is None

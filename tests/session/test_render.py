@@ -11,7 +11,7 @@ from sluiceway.errors import LocalProtocolError
 from sluiceway.naming import parse_destination
 from sluiceway.protocol.codec import FrameDecoder, encode_frame
 from sluiceway.protocol.frames import Frame, StompVersion
-from sluiceway.session.render import _message_frame, message_frame, receipt_frame
+from sluiceway.session.render import _message_frame, message_parts, receipt_frame
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client
 
@@ -55,7 +55,10 @@ def test_a_message_reads_as_the_general_encoding_would(
         parse_destination(path), b"\0body", headers, priority=7, expires=0, persistent=True
     )
     (delivery,) = consumer.take()
-    fast = decode(message_frame(delivery, StompVersion.V1_2))
+    parts: list[bytes] = []
+    size = message_parts(delivery, StompVersion.V1_2, parts)
+    assert size == sum(map(len, parts))
+    fast = decode(b"".join(parts))
     general = decode(_message_frame(delivery, StompVersion.V1_2))
     assert fast.command == general.command == "MESSAGE"
     assert fast.headers == general.headers

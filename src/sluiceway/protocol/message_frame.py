@@ -48,16 +48,6 @@ def message_head(subscription: str, message_id: str, ack: str, delivery_count: i
         return None
 
 
-def message_frame(  # noqa: PLR0917  (positional, as message_head)
-    subscription: str, message_id: str, ack: str, delivery_count: int, tail: bytes, body: bytes
-) -> bytes | None:
-    """The whole frame: `message_head`, `tail`, the body and the NUL; None as message_head."""
-    head = message_head(subscription, message_id, ack, delivery_count)
-    if head is None:
-        return None
-    return b"".join((head, tail, body, b"\0"))
-
-
 def plain_tail(  # noqa: PLR0917  (positional: called per message)
     destination: str,
     priority: int,

@@ -51,13 +51,6 @@ _BROKER_NAMES: Final = frozenset(
 _TOPIC: Final = DestinationKind.TOPIC
 
 
-def message_frame(delivery: Delivery, version: StompVersion) -> bytes:
-    """The MESSAGE for `delivery`, as `message_parts` gives it, in one piece."""
-    parts: list[bytes] = []
-    message_parts(delivery, version, parts)
-    return b"".join(parts)
-
-
 def message_parts(delivery: Delivery, version: StompVersion, out: list[bytes]) -> int:
     """Append the MESSAGE for `delivery` to `out` in parts, the body one of them uncopied, and
     return its length. In STOMP 1.2 the headers that are the same for every delivery of the
