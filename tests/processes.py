@@ -57,9 +57,14 @@ def become_subreaper() -> None:
 def children(pid: int) -> list[int]:
     """The direct children of `pid` (every thread's), or none once it is gone."""
     found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # it ended since it was listed
+        return found
+    for task in tasks:
         with contextlib.suppress(OSError):
-            found.extend(int(child) for child in (task / "children").read_text().split())
+            text = Path(f"/proc/{pid}/task/{task}/children").read_text()
+            found.extend(int(child) for child in text.split())
     return found
 
 
