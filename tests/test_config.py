@@ -116,7 +116,7 @@ def test_per_destination_properties_create_destinations() -> None:
         ("imq.protocol.tcp.nodelay", "yes", "true or false"),
         ("imq.protocol.tcp.inbufsz", "2 kilobytes", "such as 2048, 512k"),
         ("imq.autocreate.queue.dispatchPolicy", "random", "one of openmq, fair"),
-        ("imq.autocreate.queue.consumerFlowLimit", "-5", "of at least -1"),
+        ("imq.autocreate.queue.consumerFlowLimit", "-5", "an integer from -1, or auto"),
         ("imq.stomp.heartbeat.grace", "0.5", "from 1.0 to 10.0"),
         ("imq.log.level", "LOUD", "DEBUG, INFO, WARNING, ERROR"),
     ],

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 from sluiceway.admin import model, readers
 from sluiceway.admin.statistics import traffic_of
+from sluiceway.config.properties import flow_limit_parser
 from sluiceway.core.model.destination import Destination
 
 if TYPE_CHECKING:
@@ -230,7 +231,7 @@ class HistoryWriter:
             "msgs_in_rate": trend.rates.msgs_in if trend is not None else 0.0,
             "msgs_out_rate": trend.rates.msgs_out if trend is not None else 0.0,
             "max_num_msgs": int(properties["maxNumMsgs"]),
-            "consumer_flow_limit": int(properties["consumerFlowLimit"]),
+            "consumer_flow_limit": flow_limit_parser(properties["consumerFlowLimit"]),
             "limit_behavior": properties["limitBehavior"],
             "dispatch_policy": properties.get("dispatchPolicy"),  # queues only
         }

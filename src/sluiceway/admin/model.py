@@ -112,8 +112,12 @@ class ConsumerSnapshot:
     selector: str
     durable: str  # the durable subscription's name, or ""
     backup: bool
-    window_limit: int  # -1: unlimited
+    window_limit: int  # -1: unlimited; adaptive: its size now
     window_threshold: int  # percent: the window refills once unconsumed falls to limit x this
+    window_auto: bool  # the broker sizes the window (consumerFlowLimit=auto)
+    window_max: int  # adaptive: the most it grows to; else window_limit
+    pace_ms: float | None  # measured time per message (adaptive windows, fair dispatch)
+    round_trip_ms: float | None  # adaptive: measured delivery-to-acknowledgement round trip
     outstanding: int  # given to it and not consumed
     staged: int  # given and not yet written
     unacked: int
@@ -265,7 +269,7 @@ def destination_properties(destination: Destination) -> dict[str, str]:
     kind = destination.name.kind
     settings = destination.settings
     return {
-        name: format_default(getattr(settings, field_name))
+        name: info.text(getattr(settings, field_name))
         for name, (field_name, info) in DESTINATION_PROPERTIES.items()
         if kind in info.kinds
     }
@@ -274,6 +278,7 @@ def destination_properties(destination: Destination) -> dict[str, str]:
 def consumer_snapshot(subscription: Subscription, now: float) -> ConsumerSnapshot:
     since = subscription.paused_since
     window = subscription.window
+    auto = subscription.auto
     return ConsumerSnapshot(
         connection=subscription.connection.number,
         id=subscription.id,
@@ -286,6 +291,12 @@ def consumer_snapshot(subscription: Subscription, now: float) -> ConsumerSnapsho
         backup=isinstance(subscription, QueueSubscription) and subscription.backup,
         window_limit=window.limit if window.limit > 0 else -1,
         window_threshold=subscription.flow.threshold,
+        window_auto=auto is not None,
+        window_max=subscription.flow.limit if subscription.flow.limit > 0 else -1,
+        pace_ms=None if subscription.pace is None else round(subscription.pace * 1000, 3),
+        round_trip_ms=None
+        if auto is None or auto.round_trip is None
+        else round(auto.round_trip * 1000, 3),
         outstanding=window.outstanding,
         staged=len(subscription.staged),
         unacked=len(subscription.unacked),

@@ -237,7 +237,11 @@ class BrokerCollector(Collector):
             for name, text in (
                 ("unacked_messages", "Messages delivered to it and not acknowledged"),
                 ("outstanding_messages", "Messages given to it and not consumed (its window)"),
-                ("window_messages", "Its flow limit (-1: unlimited)"),
+                ("window_messages", "Its flow limit now (-1: unlimited; adaptive: as sized)"),
+                ("window_max_messages", "The most its window grows to (adaptive windows)"),
+                ("window_auto", "1 when the broker sizes its window (consumerFlowLimit=auto)"),
+                ("pace_seconds", "Measured time per message (0: not measured)"),
+                ("round_trip_seconds", "Measured delivery-to-acknowledgement round trip (0: none)"),
                 ("flow_paused_seconds", "How long its window has been used up (0: not paused)"),
             )
         }
@@ -249,6 +253,10 @@ class BrokerCollector(Collector):
             gauges["unacked_messages"].add_metric(key, consumer.unacked)
             gauges["outstanding_messages"].add_metric(key, consumer.outstanding)
             gauges["window_messages"].add_metric(key, consumer.window_limit)
+            gauges["window_max_messages"].add_metric(key, consumer.window_max)
+            gauges["window_auto"].add_metric(key, int(consumer.window_auto))
+            gauges["pace_seconds"].add_metric(key, (consumer.pace_ms or 0.0) / 1000)
+            gauges["round_trip_seconds"].add_metric(key, (consumer.round_trip_ms or 0.0) / 1000)
             gauges["flow_paused_seconds"].add_metric(key, consumer.flow_paused_for or 0.0)
             delivered.add_metric(key, consumer.delivered)
         yield from gauges.values()

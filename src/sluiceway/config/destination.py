@@ -11,6 +11,8 @@ from sluiceway.config.properties import (
     PropertyInfo,
     dest_prop,
     enum_parser,
+    flow_limit_parser,
+    flow_limit_text,
     int_parser,
     parse_bool,
     size_parser,
@@ -132,10 +134,12 @@ class DestinationSettings:
     )
     consumer_flow_limit: int = dest_prop(
         "consumerFlowLimit",
-        int_parser(minimum=-1),
+        flow_limit_parser,
         1000,
         "Cap on each consumer's flow limit, in messages; the smaller of this and the consumer's "
-        "own limit wins. 0 or -1: no cap.",
+        "own limit wins. 0 or -1: no cap. auto: the broker sizes each consumer's window from "
+        "its measured pace and round trip, within the consumer's own limit (docs/flow-control.md).",
+        text=flow_limit_text,
     )
     dispatch_policy: DispatchPolicy = dest_prop(
         "dispatchPolicy",

@@ -16,7 +16,7 @@ from sluiceway.config.destination import (
     DestinationSettings,
     autocreate_defaults,
 )
-from sluiceway.config.properties import PropertyInfo, format_default
+from sluiceway.config.properties import PropertyInfo
 from sluiceway.config.service import ServiceConfig
 from sluiceway.errors import ConfigError
 from sluiceway.javaprops import load_properties
@@ -326,7 +326,7 @@ def render_reference() -> str:
     ]
     defaults = BrokerConfig()
     for name, (field_name, info) in BROKER_PROPERTIES.items():
-        default = format_default(getattr(defaults, field_name))
+        default = info.text(getattr(defaults, field_name))
         lines.append(f"| `{name}` | `{default}` | {info.doc} |")
     lines += [
         "",
@@ -344,8 +344,8 @@ def render_reference() -> str:
     settings = DestinationSettings()
     for name, (field_name, info) in DESTINATION_PROPERTIES.items():
         kinds = ", ".join(k.value for k in DestinationKind if k in info.kinds)
-        default = format_default(getattr(settings, field_name))
-        auto = format_default(info.autocreate_default) if info.has_autocreate_default else default
+        default = info.text(getattr(settings, field_name))
+        auto = info.text(info.autocreate_default) if info.has_autocreate_default else default
         scope = (
             "destination"
             if info.shared_autocreate

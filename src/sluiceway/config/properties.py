@@ -44,6 +44,26 @@ def int_parser(minimum: int | None = None, maximum: int | None = None) -> Callab
     return parse
 
 
+AUTO_FLOW_LIMIT: Final = -2  # consumerFlowLimit=auto, where a flow limit is an int
+AUTO_FLOW_TEXT: Final = "auto"
+
+
+def flow_limit_parser(text: str) -> int:
+    """A consumer flow limit: an integer from -1 (0 or -1: no limit), or auto (AUTO_FLOW_LIMIT:
+    a window the broker sizes)."""
+    if text.strip().lower() == AUTO_FLOW_TEXT:
+        return AUTO_FLOW_LIMIT
+    try:
+        return int_parser(minimum=-1)(text)
+    except ValueError:
+        raise ValueError("an integer from -1, or auto") from None
+
+
+def flow_limit_text(value: Any) -> str:
+    """A consumer flow limit as it is written (auto for AUTO_FLOW_LIMIT)."""
+    return AUTO_FLOW_TEXT if value == AUTO_FLOW_LIMIT else format_default(value)
+
+
 def float_parser(minimum: float, maximum: float) -> Callable[[str], float]:
     """A parser for a decimal number within [minimum, maximum]."""
 
@@ -179,6 +199,7 @@ class PropertyInfo:
     # The default of destinations created on first use, where it differs from admin-created ones.
     autocreate_default: Any = None
     has_autocreate_default: bool = False
+    text: Callable[[Any], str] = format_default  # a value as it is written
 
 
 def prop(name: str, parse: Callable[[str], Any], default: Any, doc: str) -> Any:
@@ -195,6 +216,7 @@ def dest_prop(
     kinds: Iterable[DestinationKind] = tuple(DestinationKind),
     shared_autocreate: bool = False,
     autocreate_default: Any = _SAME,
+    text: Callable[[Any], str] = format_default,
 ) -> Any:
     """A dataclass field that is set by physical destination property `name`."""
     info = PropertyInfo(
@@ -205,5 +227,6 @@ def dest_prop(
         shared_autocreate,
         None if autocreate_default is _SAME else autocreate_default,
         autocreate_default is not _SAME,
+        text,
     )
     return field(default=default, metadata={"property": info})

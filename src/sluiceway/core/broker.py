@@ -293,7 +293,8 @@ class Broker:
         """Periodic work: reclaim messages held by stalled connections, sweep expired messages,
         keep the journal up (retry the writes that wait for a full disk, measure its free space:
         core.features.disk), measure memory, expire leases past their lease-ttl, review throttling,
-        refuse SENDs held past their deadline, and let go those that may go."""
+        refuse SENDs held past their deadline, and let go those that may go; size adaptive consumer
+        windows again."""
         now = self.clock.monotonic()
         reclaim_after = self.config.stalled_reclaim_ms / 1000
         if reclaim_after > 0:
@@ -309,6 +310,8 @@ class Broker:
                             now - since,
                             count,
                         )
+        for connection in list(self.connections.values()):
+            connection.review_windows(now)
         if now - self._last_sweep >= self.config.expiration_interval_s:
             self._last_sweep = now
             self.sweep_expired()

@@ -201,6 +201,7 @@ class CoreConnection(Producer):
         requested_limit: int,
         threshold: int,
         prefetch: bool,
+        pool: int = 0,
         selector: MessageFilter | None = None,
         browser: bool = False,
         browse_range: tuple[int, int | None] = (0, None),
@@ -251,7 +252,10 @@ class CoreConnection(Producer):
             threshold=threshold,
             prefetch=prefetch,
             destination_limit=destination.settings.consumer_flow_limit,
+            pool=pool,
         )
+        if flow.auto and (browser or view is not None):
+            flow = flow.fixed()  # a browse or a lease read acknowledges nothing to measure
         self._next_subscription += 1
         cls = _subscription_class(destination, browser, durable=state is not None)
         if view is not None:
@@ -579,6 +583,13 @@ class CoreConnection(Producer):
         self.transactions.pop(tx_id).abort()
 
     # -- lifecycle -----------------------------------------------------------------------------
+
+    def review_windows(self, now: float) -> None:
+        """The broker's tick: size the adaptive windows of this connection's subscriptions
+        again (a consumer that stopped acknowledging says nothing otherwise)."""
+        for subscription in list(self.subscriptions.values()):
+            if subscription.auto is not None:
+                subscription.review_window(now)
 
     def reclaim_staged(self) -> int:
         """Give the queues the messages staged here and not written (the client stalled)."""

@@ -3,7 +3,9 @@
 The extension headers are those of ARCHITECTURE.md's wire contract: `consumer-flow-limit`
 (imqConsumerFlowLimit; also read from `activemq.prefetchSize` and `prefetch-count`, always as a
 count of messages), `consumer-flow-threshold` (imqConsumerFlowThreshold, percent),
-`consumer-flow-prefetch` (imqConsumerFlowLimitPrefetch) on SUBSCRIBE; `connection-flow-count`,
+`consumer-flow-prefetch` (imqConsumerFlowLimitPrefetch), `consumer-pool-size` (the handlers that
+serve the consumer, a floor for an adaptive window) on SUBSCRIBE, where `consumer-flow-limit` may
+also be `auto` (an adaptive window, core.values.flow); `connection-flow-count`,
 `connection-flow-limit`, `connection-flow-limit-enabled` on CONNECT.
 """
 
@@ -14,6 +16,8 @@ from typing import Final
 
 from sluiceway.core.model.subscription import AckMode
 from sluiceway.core.values.flow import (
+    AUTO,
+    AUTO_TEXT,
     DEFAULT_CONNECTION_FLOW_COUNT,
     DEFAULT_CONNECTION_FLOW_LIMIT,
     DEFAULT_CONSUMER_FLOW_LIMIT,
@@ -210,19 +214,33 @@ def ack_mode(frame: Frame) -> AckMode:
 class FlowRequest:
     """What a SUBSCRIBE asks for; the core caps it with the destination's consumerFlowLimit."""
 
-    limit: int
+    limit: int  # AUTO: an adaptive window
     threshold: int
     prefetch: bool
+    pool: int = 0  # handlers serving the consumer (consumer-pool-size); 0: not declared
 
 
 def flow_request(frame: Frame) -> FlowRequest:
     limit = DEFAULT_CONSUMER_FLOW_LIMIT
     for name in FLOW_LIMIT_HEADERS:
         if name in frame.headers:
+            if name == FLOW_LIMIT_HEADERS[0] and frame.headers[name] == AUTO_TEXT:
+                limit = AUTO
+                break
             unit = "messages; -1 or 0: no limit of the consumer's own"
+            if name == FLOW_LIMIT_HEADERS[0]:
+                unit += "; auto: a window the broker sizes"
             limit = integer(frame, name, limit, minimum=-1, maximum=MAX_FLOW, unit=unit)
             break
     return FlowRequest(
+        pool=integer(
+            frame,
+            "consumer-pool-size",
+            0,
+            minimum=0,
+            maximum=MAX_FLOW,
+            unit="handlers serving the consumer; 0: none declared",
+        ),
         limit=limit,
         threshold=integer(
             frame,

@@ -537,6 +537,7 @@ class StompSession:
             requested_limit=request.limit,
             threshold=request.threshold,
             prefetch=request.prefetch,
+            pool=request.pool,
             selector=compile_selector(text) if text.strip() else None,
             browser=browser,
             browse_range=h.sequence_range(frame),
@@ -546,11 +547,14 @@ class StompSession:
             pack=readers.pack_size(frame, browser or cursor is not None or lease is not None),
         )
         flow = subscription.flow
-        return {
+        granted = {
             "consumer-flow-limit": str(flow.limit if flow.limit > 0 else UNLIMITED),
             "consumer-flow-threshold": str(flow.threshold),
             "consumer-flow-prefetch": "true" if flow.prefetch else "false",
         }
+        if flow.auto:
+            granted["consumer-flow-auto"] = "true"  # the limit above is the most it grows to
+        return granted
 
     def _on_list(self, frame: Frame) -> Extra:
         """Name the destinations a listing asks for (session.listing): one MESSAGE, at once."""

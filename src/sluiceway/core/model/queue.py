@@ -244,34 +244,19 @@ class Queue(Destination):
             dispatch_pending(self)
 
 
-PACE_WEIGHT = 0.2  # of each new sample in a consumer's moving average of time per message
-
-
 class QueueSubscription(Subscription):
     """A consumer of a queue: the queue's shared pending list feeds it."""
 
-    __slots__ = ("backup", "busy_since", "pace", "queue")
+    __slots__ = ("backup", "queue")
 
     def _setup(self) -> None:
         assert isinstance(self.destination, Queue)
         self.queue = self.destination
         self.backup = False  # beyond maxNumActiveConsumers: receives nothing until promoted
-        # Under the `fair` policy (the module docstring): seconds per message this consumer
-        # takes, a moving average measured while it has messages outstanding; None until
-        # measured.
-        self.pace: float | None = None
-        self.busy_since: float | None = None  # monotonic time of its last consumption or start
 
-    def timed(self, count: int) -> None:
-        if self.queue.settings.dispatch_policy is not _FAIR or not count:
-            return
-        now = self.connection.clock.monotonic()
-        if self.busy_since is not None:
-            sample = (now - self.busy_since) / count
-            pace = self.pace
-            self.pace = sample if pace is None else pace + PACE_WEIGHT * (sample - pace)
-        # Idle once it holds nothing more: the wait for its next message is not its pace.
-        self.busy_since = now if self.window.outstanding > count else None
+    def measures_pace(self) -> bool:
+        # The `fair` policy (the module docstring) weighs consumers by their pace.
+        return self.auto is not None or self.queue.settings.dispatch_policy is _FAIR
 
     def release(self, count: int) -> None:
         super().release(count)
@@ -286,7 +271,9 @@ class QueueSubscription(Subscription):
             self.refill()
 
     def stage(self, message: Message) -> None:
-        if self.busy_since is None and self.queue.settings.dispatch_policy is _FAIR:
+        # (An adaptive window's consumer is timed by Subscription.stage.)
+        fair = self.queue.settings.dispatch_policy is _FAIR
+        if self.busy_since is None and self.auto is None and fair:
             self.busy_since = self.connection.clock.monotonic()
         super().stage(message)
 

@@ -16,7 +16,14 @@ from typing import Protocol
 
 from sluiceway.core.model.destination import Destination
 from sluiceway.core.values.clock import Clock
-from sluiceway.core.values.flow import UNLIMITED_STAGING, ConsumerFlow, ConsumerWindow
+from sluiceway.core.values.flow import (
+    AUTO_EVALUATE_S,
+    UNLIMITED_STAGING,
+    AutoWindow,
+    ConsumerFlow,
+    ConsumerWindow,
+)
+from sluiceway.core.values.memory import message_cost
 from sluiceway.core.values.message import Message
 
 
@@ -64,18 +71,24 @@ class Outlet:
         raise NotImplementedError
 
 
+PACE_WEIGHT = 0.2  # of each new sample in a consumer's moving average of time per message
+
+
 class Subscription:
     """Base of queue and topic subscriptions."""
 
     __slots__ = (
         "ack_mode",
         "active",
+        "auto",
+        "busy_since",
         "connection",
         "delivered",
         "destination",
         "flow",
         "id",
         "number",
+        "pace",
         "paused_since",
         "selector",
         "staged",
@@ -100,8 +113,19 @@ class Subscription:
         self.connection = connection
         self.destination = destination
         self.ack_mode = ack_mode
+        if flow.auto and ack_mode is AckMode.AUTO:
+            flow = flow.fixed()  # nothing is acknowledged: nothing to measure a window by
         self.flow = flow
         self.window = ConsumerWindow(flow)
+        # An adaptive window's measurements (consumerFlowLimit=auto), or None.
+        self.auto: AutoWindow | None = None
+        if flow.auto:
+            self.auto = AutoWindow(flow, destination.context.ledger.policy.budget)
+        # Seconds per message this consumer takes, a moving average measured while it has
+        # messages outstanding (for an adaptive window and the `fair` dispatch policy); None
+        # until measured. `busy_since`: monotonic time of its last consumption or start.
+        self.pace: float | None = None
+        self.busy_since: float | None = None
         self.staged: deque[Message] = deque()  # bounded by the window (or UNLIMITED_STAGING)
         self.unacked: dict[str, Message] = {}  # written, not consumed; in delivery order
         self.active = True
@@ -141,6 +165,11 @@ class Subscription:
         until it leaves the subscription)."""
         self.destination.context.ledger.hold(message)
         self.window.take()
+        auto = self.auto
+        if auto is not None:
+            if self.busy_since is None:
+                self.busy_since = self.connection.clock.monotonic()
+            auto.staged(message_cost(len(message.body)))
         if self.window.paused:
             self.paused_since = self.connection.clock.monotonic()
         self.connection.staged_one(self)
@@ -155,6 +184,9 @@ class Subscription:
         self.delivered += 1
         self.destination.stats.delivered(message)
         if self.ack_mode is not AckMode.AUTO:
+            auto = self.auto
+            if auto is not None and auto.probe is None:
+                auto.start_probe(message, self.connection.clock.monotonic(), len(self.unacked))
             self.unacked[message.id] = message
             self.note_delivery(message)
         return Delivery(self, message, count)
@@ -167,16 +199,75 @@ class Subscription:
         """The client consumed `messages` (already removed from `unacked`)."""
         count = 0
         ledger = self.destination.context.ledger
+        auto = self.auto
+        probe = auto.probe if auto is not None else None
+        probed = False
         for message in messages:
             ledger.let_go(message)
             self.forget(message)
             self.destination.consumed(message)
             count += 1
+            if message is probe:
+                probed = True
+        if probed and auto is not None:
+            # With the pace as it was: this consumption's own sample of it is not work alone
+            # when the probe was the first message of a busy spell.
+            auto.end_probe(self.connection.clock.monotonic(), self.pace)
         self.timed(count)
+        if auto is not None and count:
+            self.adapt(auto, probed)
         self.release(count)
 
+    def measures_pace(self) -> bool:
+        """Whether this consumer's pace is measured (an adaptive window; queues: `fair`)."""
+        return self.auto is not None
+
     def timed(self, count: int) -> None:
-        """`count` messages were just consumed (before the window releases them)."""
+        """`count` messages were just consumed (before the window releases them): one sample
+        of this consumer's pace."""
+        if not count or not self.measures_pace():
+            return
+        now = self.connection.clock.monotonic()
+        if self.busy_since is not None:
+            sample = (now - self.busy_since) / count
+            pace = self.pace
+            self.pace = sample if pace is None else pace + PACE_WEIGHT * (sample - pace)
+        # Idle once it holds nothing more: the wait for its next message is not its pace.
+        self.busy_since = now if self.window.outstanding > count else None
+
+    def adapt(self, auto: AutoWindow, probed: bool) -> None:
+        """Messages were consumed: size the adaptive window again (at most every
+        AUTO_EVALUATE_S, and whenever a round trip was measured)."""
+        now = self.connection.clock.monotonic()
+        if not probed and now - auto.evaluated_at < AUTO_EVALUATE_S:
+            return
+        self.resize(auto.size(self.pace), now)
+
+    def review_window(self, now: float) -> None:
+        """The broker's tick: a consumer that has held a message longer than its pace is taken
+        to be that slow now (no acknowledgement arrives to say so), and its window is sized
+        again."""
+        auto = self.auto
+        if auto is None or not self.active:
+            return
+        pace = self.pace
+        since = self.busy_since
+        if since is not None and self.window.outstanding and pace is not None:
+            pace = max(pace, now - since)
+        self.resize(auto.size(pace), now)
+
+    def resize(self, limit: int, now: float) -> None:
+        """Give the adaptive window `limit` messages (credit again may bring more at once)."""
+        auto = self.auto
+        assert auto is not None
+        auto.evaluated_at = now
+        window = self.window
+        if window.resize(limit, self.flow.threshold):
+            self.paused_since = None
+            if self.active:
+                self.refill()
+        elif window.credit == 0 and self.paused_since is None:
+            self.paused_since = now
 
     def give_back(self, messages: list[Message], *, delivered: bool) -> None:
         """Return `messages` to the destination (NACK, abort, disconnect, reclaim)."""
@@ -185,6 +276,8 @@ class Subscription:
         ledger = self.destination.context.ledger
         for message in messages:
             ledger.let_go(message)
+        if self.auto is not None:
+            self.auto.drop_probe(messages)
         self.return_to_source(messages, delivered=delivered)
         self.release(len(messages))
 
