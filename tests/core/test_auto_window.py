@@ -3,6 +3,7 @@ subscriptions on a fake clock while a simulated consumer works and the network d
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -202,7 +203,9 @@ class Simulation:
         """What the broker writes now reaches the consumer half a round trip later."""
         now = self.clock.monotonic()
         for delivery in self.client.take():
-            self.at(now + consumer.round_trip / 2, lambda d=delivery: self.arrive(consumer, d))
+            self.at(
+                now + consumer.round_trip / 2, functools.partial(self.arrive, consumer, delivery)
+            )
         held = self.sub.window.outstanding
         consumer.held_most = max(consumer.held_most, held)
         consumer.window_sizes.append((now, self.sub.window.limit))
@@ -300,6 +303,7 @@ def test_the_window_is_shown_as_sized() -> None:
     assert snapshot.window_auto
     assert (snapshot.window_limit, snapshot.window_max) == (sub.window.limit, 1000)
     assert snapshot.pace_ms == pytest.approx(5.0, rel=0.05)
+    assert snapshot.round_trip_ms is not None
     assert 1.0 <= snapshot.round_trip_ms <= 6.0  # perhaps with the first message's work
     assert consumer.acked > 300
 
