@@ -58,6 +58,7 @@ ORDERS = "/queue/orders"
 FLOW = "/queue/fc"
 RATES = "/queue/rates"
 DRAINED = "/queue/drained"
+ADAPTIVE = "/queue/adaptive"
 
 
 @pytest.fixture
@@ -302,6 +303,30 @@ def test_console_shows_the_brokers_state(
     assert reader_field("position") == ""  # a lease group has none: shown as "-"
     assert float(reader_field("lag_seconds")) >= 0
     assert browser.find_element(By.ID, "detail-readers-empty").is_displayed() is False
+    assert browser.find_element(By.ID, "detail-consumers-empty").is_displayed() is True
+
+    # Every consumer's window as it is now: the broker sizes an adaptive one (auto).
+    adaptive = RawClient(broker.port)
+    try:
+        adaptive.connect()
+        adaptive.subscribe(ADAPTIVE, "tuned", consumer_flow_limit="auto")
+        wait_shown(browser, ADAPTIVE, "consumers", "1")
+        cell(browser, ADAPTIVE, "path").find_element(By.CSS_SELECTOR, "button").click()
+        row = '#detail-consumers tr[data-subscription="tuned"]'
+
+        def consumer_field(field: str) -> WebElement:
+            return browser.find_element(By.CSS_SELECTOR, f'{row} [data-field="{field}"]')
+
+        wait_for(
+            browser,
+            "the adaptive consumer's window",
+            lambda: consumer_field("window").text,
+            "16 (auto, max 1,000)",
+        )
+        assert consumer_field("window").get_attribute("data-auto") == "true"
+        assert consumer_field("pace").text == "-"  # nothing consumed: not measured yet
+    finally:
+        adaptive.close()
 
 
 def test_pause_resume_and_purge_act_on_the_broker(

@@ -98,6 +98,7 @@ class DestinationDetail:
     totals: Totals
     durables: int
     paused_consumers: list[ConsumerSnapshot]  # by flow control: window used up
+    consumers: list[ConsumerSnapshot]  # every one, with its window as it is now
     held_producers: list[dict[str, Any]]
     trend: DestinationTrend | None  # peaks, averages, rates (from the metrics sampler)
     readers: list[ReaderSnapshot]  # its pipeline readers, with their lag
@@ -324,6 +325,7 @@ def destination_detail(
         paused_consumers=[
             consumer_snapshot(s, now) for s in subscriptions if s.paused_since is not None
         ],
+        consumers=[consumer_snapshot(s, now) for s in subscriptions],
         held_producers=held,
         trend=trend,
         readers=destination_readers(broker, destination),

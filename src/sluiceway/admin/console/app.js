@@ -449,6 +449,46 @@
     );
   }
 
+  function windowText(c) {
+    const size = c.window_limit < 0 ? "unlimited" : count(c.window_limit);
+    return c.window_auto ? `${size} (auto, max ${count(c.window_max)})` : size;
+  }
+
+  function milliseconds(value) {
+    return value === null || value === undefined ? "-" : `${decimal.format(value)} ms`;
+  }
+
+  // Every consumer of the destination with its window as it is now; an adaptive one's window
+  // (consumerFlowLimit=auto) says so, with its maximum and what it was sized from.
+  function renderConsumers(consumers) {
+    const table = $("detail-consumers");
+    table.tBodies[0].replaceChildren(
+      ...consumers.map((c) =>
+        make("tr", { data: { connection: c.connection, subscription: c.id } }, [
+          make("td", { text: String(c.connection) }),
+          make("td", { text: c.id }),
+          make("td", {
+            text: windowText(c),
+            data: { field: "window", value: c.window_limit, auto: c.window_auto },
+          }),
+          make("td", {
+            text: count(c.outstanding),
+            data: { field: "outstanding", value: c.outstanding },
+          }),
+          make("td", {
+            text: milliseconds(c.pace_ms),
+            data: { field: "pace", value: c.pace_ms ?? "" },
+          }),
+          make("td", {
+            text: milliseconds(c.round_trip_ms),
+            data: { field: "round_trip", value: c.round_trip_ms ?? "" },
+          }),
+        ]),
+      ),
+    );
+    $("detail-consumers-empty").hidden = consumers.length > 0;
+  }
+
   function renderDetail(detail) {
     $("destination-detail").hidden = false;
     setText($("detail-path"), detail.summary.path);
@@ -464,6 +504,7 @@
     }
     definitionList($("detail-totals"), totals);
     renderReaders(detail.readers);
+    renderConsumers(detail.consumers);
     tableRows(
       $("detail-paused-consumers"),
       detail.paused_consumers.map((c) => [
