@@ -47,6 +47,7 @@ COMPILED = (
     "sluiceway/core/connection.py",
     "sluiceway/core/features/durable_ports.py",
     "sluiceway/core/containers/pending.py",
+    "sluiceway/core/containers/deadlines.py",  # subclasses PendingList
     "sluiceway/core/containers/spilling.py",
     "sluiceway/core/containers/seqlog.py",  # subclasses SpillingRun
     "sluiceway/core/features/leases.py",  # subclasses SpillingRun and BrowserSubscription

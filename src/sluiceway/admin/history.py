@@ -238,4 +238,7 @@ class HistoryWriter:
             "consumer_flow_limit": flow_limit_parser(properties["consumerFlowLimit"]),
             "limit_behavior": properties["limitBehavior"],
             "dispatch_policy": properties.get("dispatchPolicy"),  # queues only
+            "delivery_order": properties.get("deliveryOrder"),  # queues only
+            "expired": destination.stats.expired,
+            "consumed_late": destination.stats.late,
         }

@@ -62,6 +62,8 @@ class Totals:
     consumed: int
     redelivered: int
     expired: int
+    late: int
+    deadline_misses: int
     dead: int
     dropped: int
     discarded: int

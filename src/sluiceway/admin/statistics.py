@@ -45,6 +45,11 @@ DESTINATION_STATISTICS: Final = (
               "Messages given back for delivery again"),
     Statistic("expired", lambda s: s.expired, "messages_expired",
               "Messages that expired before delivery"),
+    Statistic("late", lambda s: s.late, "messages_consumed_late",
+              "Messages acknowledged after their expiration time (delivered before it)"),
+    Statistic("deadline_misses", lambda s: s.expired + s.late, "deadline_misses",
+              "Messages with a deadline that missed it: expired before delivery, or "
+              "acknowledged after it"),
     Statistic("dead", lambda s: s.dead, "messages_dead",
               "Messages that became dead (expired, evicted, undeliverable)"),
     Statistic("dropped", lambda s: s.dropped, "messages_dropped",

@@ -18,6 +18,7 @@ create destination NAME at start-up with that setting.
 
 from sluiceway.config.broker import BrokerConfig
 from sluiceway.config.destination import (
+    DeliveryOrder,
     DestinationDefinition,
     DestinationSettings,
     DispatchPolicy,
@@ -55,6 +56,7 @@ __all__ = [
     "BROKER_PROPERTIES",
     "DESTINATION_PROPERTIES",
     "BrokerConfig",
+    "DeliveryOrder",
     "DestinationDefinition",
     "DestinationSettings",
     "DispatchPolicy",

@@ -35,6 +35,18 @@ class DispatchPolicy(enum.Enum):
     FAIR = "fair"
 
 
+class DeliveryOrder(enum.Enum):
+    """The order in which a queue's pending messages go to its consumers.
+
+    FIFO is JMS's: higher priority first, then the order of arrival. DEADLINE is earliest
+    deadline first: messages with an expiration time before those without, the earliest first,
+    ties by priority and then arrival (core.containers.deadlines).
+    """
+
+    FIFO = "fifo"
+    DEADLINE = "deadline"
+
+
 class LimitBehavior(enum.Enum):
     """What a full destination does with a new message (Open MQ's `limitBehavior`)."""
 
@@ -140,6 +152,16 @@ class DestinationSettings:
         "own limit wins. 0 or -1: no cap. auto: the broker sizes each consumer's window from "
         "its measured pace and round trip, within the consumer's own limit (docs/flow-control.md).",
         text=flow_limit_text,
+    )
+    delivery_order: DeliveryOrder = dest_prop(
+        "deliveryOrder",
+        enum_parser(DeliveryOrder),
+        DeliveryOrder.FIFO,
+        "The order in which pending messages go to consumers: fifo (priority, then arrival, as "
+        "JMS orders them) or deadline (earliest deadline first: messages with an expiration "
+        "time before those without, the earliest first, ties by priority then arrival; it "
+        "relaxes JMS's order within a priority; docs/flow-control.md).",
+        kinds=QUEUE_ONLY,
     )
     dispatch_policy: DispatchPolicy = dest_prop(
         "dispatchPolicy",

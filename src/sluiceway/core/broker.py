@@ -384,7 +384,8 @@ class Broker:
         self, name: DestinationName, properties: Mapping[str, str]
     ) -> DestinationSettings:
         """Change destination properties (Open MQ names, e.g. {"maxNumMsgs": "5000"}) at run
-        time; new limits apply to the next message, a new consumerFlowLimit to new consumers."""
+        time; new limits apply to the next message, a new consumerFlowLimit to new consumers, a new
+        deliveryOrder to the pending messages at once."""
         destination = self.destination(name)
         settings = _changed(name, destination.settings, properties)
         if destination.is_dmq and settings.limit_behavior is LimitBehavior.FLOW_CONTROL:
@@ -396,6 +397,7 @@ class Broker:
         destination.settings = settings
         if isinstance(destination, Queue):
             destination.promote_backups()
+            destination.order_changed()
         log.info("destination %s updated: %s", name, dict(properties))
         self.producers.changed()
         self.producers.settle()

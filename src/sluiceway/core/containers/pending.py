@@ -339,6 +339,29 @@ class PendingList:
         )
         return self._pop_level(oldest)
 
+    def eviction_candidate(self, *, lowest_priority: bool) -> tuple[int, int] | None:
+        """(priority, sequence number) of the message `evict` would take now, or None."""
+        mask = self._mask
+        if not mask:
+            return None
+        if lowest_priority:
+            priority = (mask & -mask).bit_length() - 1
+        else:
+            priority = min(
+                (p for p in range(PRIORITY_LEVELS) if mask & (1 << p)),
+                key=lambda p: self._first_seq(self._levels[p]),
+            )
+        return priority, self._first_seq(self._levels[priority])
+
+    def hold_in_level(self, message: Message) -> None:
+        """Count `message`, held outside the levels (a subclass's own order), in the ledger as
+        its priority's level would."""
+        self._levels[message.priority].hold(message)
+
+    def let_go_in_level(self, message: Message) -> None:
+        """`hold_in_level`'s message left."""
+        self._levels[message.priority].let_go(message)
+
     def _first_seq(self, level: _Level) -> int:
         if level.head:
             return level.head[0].seq

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sluiceway.core.containers.deadlines import DeadlineList
 from sluiceway.core.containers.pending import PendingList, Spill
 from sluiceway.core.model.store import MemoryStore, MessageStore
 from sluiceway.core.values.clock import Clock, SystemClock
@@ -105,5 +106,8 @@ class Context:
             dead_end,
         )
 
-    def pending_list(self) -> PendingList:
+    def pending_list(self, *, deadlines: bool = False) -> PendingList:
+        """A pending list; `deadlines`: earliest deadline first (core.containers.deadlines)."""
+        if deadlines:
+            return DeadlineList(self.ledger, self.spill)
         return PendingList(self.ledger, self.spill)

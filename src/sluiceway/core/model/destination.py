@@ -45,6 +45,7 @@ class DestinationStats:
         "dropped",
         "expired",
         "largest",
+        "late",
         "msgs_in",
         "msgs_out",
         "redelivered",
@@ -58,6 +59,7 @@ class DestinationStats:
         self.consumed = 0  # acknowledged
         self.redelivered = 0  # given back after delivery (NACK, abort, disconnect)
         self.expired = 0  # removed unconsumed because their `expires` time passed
+        self.late = 0  # consumed after their `expires` time (delivered before it)
         self.discarded = 0  # sent to a topic that had no subscriber
         self.dead = 0  # expired, evicted or delivered too often (to the DMQ with useDMQ)
         self.dropped = 0  # refused without telling the producer (non-persistent, no receipt)
@@ -244,7 +246,10 @@ class Destination:
         raise NotImplementedError
 
     def consumed(self, message: Message) -> None:
-        self.stats.consumed += 1
+        stats = self.stats
+        stats.consumed += 1
+        if message.expires and self.clock.time_ms() > message.expires:
+            stats.late += 1  # delivered in time, consumed past its deadline
 
     def held_by_transaction(self, messages: list[Message], held: bool) -> None:
         """An open transaction acknowledged (or refused) `messages` (`held`), or no longer holds

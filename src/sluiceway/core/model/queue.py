@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from sluiceway.config import DestinationSettings, DispatchPolicy
+from sluiceway.config import DeliveryOrder, DestinationSettings, DispatchPolicy
+from sluiceway.core.containers.deadlines import DeadlineList
 from sluiceway.core.containers.pending import PackedChunk
 from sluiceway.core.model.context import Context
 from sluiceway.core.model.destination import Destination
@@ -41,6 +42,7 @@ from sluiceway.naming import DestinationName
 
 # Read on every message: a Final name is a C static when compiled (setup.py says why).
 _FAIR: Final = DispatchPolicy.FAIR
+_DEADLINE: Final = DeliveryOrder.DEADLINE
 
 
 class Queue(Destination):
@@ -57,7 +59,7 @@ class Queue(Destination):
         self, name: DestinationName, settings: DestinationSettings, context: Context
     ) -> None:
         super().__init__(name, settings, context)
-        self.pending = context.pending_list()
+        self.pending = context.pending_list(deadlines=settings.delivery_order is _DEADLINE)
         self.consumers: list[QueueSubscription] = []  # the active ones
         self.backups: list[QueueSubscription] = []
         self.rotation = 0  # where the fair policy starts looking, so ties rotate
@@ -95,6 +97,17 @@ class Queue(Destination):
         self.pending.append(message)
         if self.consumers and not self.context.batch.defer(self.dispatch):
             self.dispatch()
+
+    def order_changed(self) -> None:
+        """`deliveryOrder` changed: the pending messages move to a list kept in the new order."""
+        deadlines = self.settings.delivery_order is _DEADLINE
+        if isinstance(self.pending, DeadlineList) == deadlines:
+            return
+        old = self.pending
+        self.pending = self.context.pending_list(deadlines=deadlines)
+        while (message := old.pop()) is not None:
+            self.pending.append(message)
+        self.dispatch()
 
     def adopt_taken(self, message: Message) -> None:
         """A message of a failed cluster member's store that a lease there had taken: numbered,
