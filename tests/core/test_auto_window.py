@@ -23,10 +23,12 @@ from sluiceway.core.values.flow import (
     AUTO_MAX,
     AUTO_SLACK_S,
     AutoWindow,
+    ConnectionFlow,
     ConsumerFlow,
     ConsumerWindow,
 )
 from sluiceway.core.values.message import Message
+from sluiceway.core.values.selector import compile_selector
 from sluiceway.naming import parse_destination
 from sluiceway.testing import FakeClock
 from tests.core.helpers import Client
@@ -174,54 +176,81 @@ class Consumer:
     held_most: int = 0  # messages it held unconsumed at once (sent and not acknowledged)
     acked: int = 0
     window_sizes: list[tuple[float, int]] = field(default_factory=list)
+    idle_while_others_hold: float = 0.0  # seconds it had nothing while another held unstarted
 
 
 class Simulation:
-    """Events in time order: deliveries reaching the consumer, ACKs reaching the broker."""
+    """Events in time order: deliveries reaching the consumers, ACKs reaching the broker.
+    Several consumers may share a client (one connection)."""
 
-    def __init__(self, broker: Broker, clock: FakeClock, sub: Subscription, client: Client) -> None:
-        self.broker, self.clock, self.sub, self.client = broker, clock, sub, client
+    def __init__(
+        self, broker: Broker, clock: FakeClock, consumers: dict[Subscription, Consumer]
+    ) -> None:
+        self.broker, self.clock, self.consumers = broker, clock, consumers
+        self.clients: dict[Subscription, Client] = {}
         self.events: list[tuple[float, int, Callable[[], None]]] = []
         self.order = itertools.count()
+        self.most_together = 0  # messages all consumers held unconsumed at once
 
     def at(self, when: float, action: Callable[[], None]) -> None:
         heapq.heappush(self.events, (when, next(self.order), action))
 
-    def run(self, consumer: Consumer, until: float) -> None:
+    def run(self, clients: list[Client], until: float) -> None:
         tick = self.clock.monotonic()
         while tick + 1.0 <= until:  # the broker's tick, once a second
             tick += 1.0
             self.at(tick, self.broker.tick)
-        self.deliver(consumer)
+        self.deliver(clients)
         while self.events and self.events[0][0] <= until:
             when, _, action = heapq.heappop(self.events)
             self.clock.advance(when - self.clock.monotonic())
             action()
-            self.deliver(consumer)
+            self.deliver(clients)
 
-    def deliver(self, consumer: Consumer) -> None:
-        """What the broker writes now reaches the consumer half a round trip later."""
+    def deliver(self, clients: list[Client]) -> None:
+        """What the broker writes now reaches its consumer half a round trip later."""
         now = self.clock.monotonic()
-        for delivery in self.client.take():
-            self.at(
-                now + consumer.round_trip / 2, functools.partial(self.arrive, consumer, delivery)
-            )
-        held = self.sub.window.outstanding
-        consumer.held_most = max(consumer.held_most, held)
-        consumer.window_sizes.append((now, self.sub.window.limit))
+        for client in clients:
+            for delivery in client.take():
+                consumer = self.consumers[delivery.subscription]
+                self.clients[delivery.subscription] = client
+                arrive = functools.partial(self.arrive, consumer, delivery)
+                self.at(now + consumer.round_trip / 2, arrive)
+        for sub, consumer in self.consumers.items():
+            consumer.held_most = max(consumer.held_most, sub.window.outstanding)
+            consumer.window_sizes.append((now, sub.window.limit))
+        together = sum(sub.window.outstanding for sub in self.consumers)
+        self.most_together = max(self.most_together, together)
 
     def arrive(self, consumer: Consumer, delivery: Delivery) -> None:
         now = self.clock.monotonic()
+        if now > consumer.free_at and any(
+            other.free_at > now + other.round_trip for other in self.consumers.values()
+        ):
+            consumer.idle_while_others_hold += now - consumer.free_at
         start = max(now, consumer.free_at)
         work = consumer.pace(start)
         consumer.free_at = start + work
         consumer.busy += work
         ack_at = consumer.free_at + consumer.round_trip / 2
-        self.at(ack_at, lambda: self.ack(consumer, delivery))
+        self.at(ack_at, functools.partial(self.ack, consumer, delivery))
 
     def ack(self, consumer: Consumer, delivery: Delivery) -> None:
-        self.client.ack(delivery)
+        self.clients[delivery.subscription].ack(delivery)
         consumer.acked += 1
+
+
+def subscribe(client: Client, sub_id: str, *, pool: int = 0, selector: str = "") -> Subscription:
+    return client.connection.subscribe(
+        sub_id,
+        parse_destination("/queue/work"),
+        AckMode.CLIENT_INDIVIDUAL,
+        requested_limit=AUTO,
+        threshold=50,
+        prefetch=True,
+        pool=pool,
+        selector=compile_selector(selector) if selector else None,
+    )
 
 
 def simulate(
@@ -239,18 +268,49 @@ def simulate(
     for _ in range(messages):
         producer.send("/queue/work", b"x" * 100)
     start = clock.monotonic()
-    sub = client.connection.subscribe(
-        "c",
-        parse_destination("/queue/work"),
-        AckMode.CLIENT_INDIVIDUAL,
-        requested_limit=AUTO,
-        threshold=50,
-        prefetch=True,
-        pool=pool,
-    )
+    sub = subscribe(client, "c", pool=pool)
     consumer = Consumer(lambda at: pace(at - start), round_trip, free_at=start)
-    Simulation(broker, clock, sub, client).run(consumer, start + seconds)
+    Simulation(broker, clock, {sub: consumer}).run([client], start + seconds)
     return consumer, sub
+
+
+def steady(pace: float, _: float) -> float:
+    """A consumer's pace that never changes."""
+    return pace
+
+
+def simulate_many(
+    paces: list[float],
+    seconds: float,
+    *,
+    messages: int,
+    properties: dict[str, str] | None = None,
+    connection: ConnectionFlow | None = None,
+    shared_connection: bool = False,
+    selector: str = "",
+) -> tuple[list[Consumer], list[Subscription], float, int]:
+    """Consumers of the given paces on one queue holding `messages`; returns them, their
+    subscriptions, when the last message was acknowledged (seconds from the start), and the
+    most messages they held unconsumed at once, together."""
+    clock = FakeClock()
+    broker = Broker(build_config(properties or {}), clock=clock)
+    producer = Client(broker)
+    for i in range(messages):
+        producer.send("/queue/work", b"x" * 100, headers=(("n", str(i)),))
+    start = clock.monotonic()
+    shared = Client(broker, connection) if shared_connection else None
+    clients: list[Client] = []
+    consumers: dict[Subscription, Consumer] = {}
+    for index, pace in enumerate(paces):
+        client = shared if shared is not None else Client(broker, connection)
+        if client not in clients:
+            clients.append(client)
+        sub = subscribe(client, f"c{index}", selector=selector)
+        consumers[sub] = Consumer(functools.partial(steady, pace), round_trip=0.001, free_at=start)
+    simulation = Simulation(broker, clock, consumers)
+    simulation.run(clients, start + seconds)
+    finished = max(c.free_at for c in consumers.values()) - start
+    return list(consumers.values()), list(consumers), finished, simulation.most_together
 
 
 def test_a_fast_consumer_is_kept_busy() -> None:
@@ -317,3 +377,44 @@ def test_auto_as_a_destination_property() -> None:
     assert (sub.flow.auto, sub.flow.limit, sub.window.limit) == (True, 200, AUTO_INITIAL)
     auto_ack = Client(broker).subscribe("/queue/adaptive", "s2", ack=AckMode.AUTO, limit=200)
     assert (auto_ack.flow.auto, auto_ack.window.limit) == (False, 200)  # nothing to measure
+
+
+# -- with the rest of flow control ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["openmq", "fair"])
+def test_uneven_consumers_all_stay_busy_under_either_policy(policy: str) -> None:
+    """5, 1, 1, 1 ms consumers with 4,000 messages: none idles while another holds messages it
+    has not started, and they finish together, the slow one having held a handful."""
+    properties = {"imq.autocreate.queue.dispatchPolicy": policy}
+    consumers, subs, finished, _ = simulate_many(
+        [0.005, 0.001, 0.001, 0.001], 10.0, messages=4_000, properties=properties
+    )
+    assert sum(c.acked for c in consumers) == 4_000
+    ideal = 4_000 / (1 / 0.005 + 3 / 0.001)  # all four busy throughout: 1.25 s
+    assert finished < ideal * 1.1
+    assert max(c.idle_while_others_hold for c in consumers) < 0.05
+    slow = consumers[0]
+    assert slow.held_most <= AUTO_INITIAL
+    assert subs[0].window.limit < subs[1].window.limit
+
+
+def test_selectors_and_auto_windows() -> None:
+    """Consumers with selectors take only what they match, their windows sized as any other."""
+    consumers, subs, _, _ = simulate_many(
+        [0.002, 0.0005], 5.0, messages=2_000, selector="n IS NOT NULL"
+    )
+    assert sum(c.acked for c in consumers) == 2_000
+    assert subs[0].window.limit == pytest.approx(expected_size(0.002, 0.001), abs=2)
+
+
+def test_the_connection_limit_still_caps_the_windows_together() -> None:
+    """Two fast adaptive consumers on one connection limited to 50 messages: never more than 50
+    outstanding together, whatever their windows say."""
+    connection = ConnectionFlow(limit=50, limit_enabled=True)
+    consumers, subs, _, together = simulate_many(
+        [0.0001, 0.0001], 1.0, messages=5_000, connection=connection, shared_connection=True
+    )
+    assert sum(c.acked for c in consumers) > 1_000
+    assert together == 50
+    assert subs[0].window.limit + subs[1].window.limit > 50
