@@ -9,9 +9,20 @@ RemoteProtocolError naming the window and the count, rather than the buffer grow
 the exception: a browse consumes nothing, so the broker releases their window as it writes.
 `max_buffered` records the most the buffer ever held.
 
+With imqConsumerFlowLimit=auto the consumer asks for an adaptive window
+(`consumer-flow-limit:auto`): the broker sizes it from the consumer's measured pace and round
+trip, and the RECEIPT names its cap (the most the broker will ever have given the consumer
+unconsumed, the buffer's bound as above) and says `consumer-flow-auto:true` (`flow_auto`). A
+destination whose consumerFlowLimit is auto makes the window adaptive too, within the number the
+consumer asked for.
+
 A listener may be served by a pool of N concurrent handlers sharing the one consumer, like the
 message-driven bean pools of an application server. The consumer's flow limit caps how many of
-them can work at once; when it is below N the client logs a warning naming both numbers.
+them can work at once; when it is below N the client logs a warning naming both numbers. An
+adaptive window may shrink to what the consumer's pace needs, fewer messages than handlers,
+unless the consumer declares its pool (`pool_size`, sent as `consumer-pool-size`): the broker
+keeps the window at least that large, within the cap. A listener of more handlers than the
+declared pool logs a warning saying so.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from collections.abc import AsyncIterator
 
 from sluiceway.client.message import Message, MessageHandler
 from sluiceway.client.session_state import AckMode, SessionState
+from sluiceway.client.settings import UNLIMITED_CONSUMER_WINDOW, FlowLimit
 from sluiceway.errors import (
     BrokerError,
     ClientError,
@@ -36,6 +48,22 @@ from sluiceway.errors import (
 from sluiceway.protocol.frames import Frame
 
 log = logging.getLogger(__name__)
+
+# The most handlers a consumer may declare (consumer-pool-size): the broker reads it as a Java int.
+MAX_POOL_SIZE = 2**31 - 1
+
+
+def checked_pool_size(pool_size: object) -> int:
+    """`pool_size` if it is an int from 0 to MAX_POOL_SIZE, else TypeError or ValueError."""
+    accepted = (
+        f"pool_size must be an integer from 0 to {MAX_POOL_SIZE}: the number of handlers that "
+        "serve the consumer (the concurrency of its listener), 0 for none declared"
+    )
+    if isinstance(pool_size, bool) or not isinstance(pool_size, int):
+        raise TypeError(f"{accepted}; got {pool_size!r}")
+    if not 0 <= pool_size <= MAX_POOL_SIZE:
+        raise ValueError(f"{accepted}; got {pool_size}")
+    return pool_size
 
 
 class Consumer:
@@ -49,6 +77,7 @@ class Consumer:
         *,
         durable_name: str | None = None,
         browse: bool = False,
+        pool_size: int = 0,
     ) -> None:
         self.session = session
         self.connection = session.connection
@@ -56,9 +85,15 @@ class Consumer:
         self.selector = selector
         self.durable_name = durable_name
         self.browse = browse
+        # Handlers that serve this consumer, declared to the broker so that an adaptive window
+        # never falls below them; 0: none declared.
+        self.pool_size = checked_pool_size(pool_size)
         self.subscription_id = self.connection.next_id("sub")
         settings = self.connection.settings
-        self.flow_limit = self._window_asked()  # replaced by the window the broker grants
+        asked = self._window_asked()
+        # Replaced by the window the broker grants (the cap, when the window adapts).
+        self.flow_limit = asked if isinstance(asked, int) else UNLIMITED_CONSUMER_WINDOW
+        self.flow_auto = False  # the broker sizes the window (consumer-flow-auto on the RECEIPT)
         self.flow_threshold = settings.consumer_flow_threshold
         self.prefetch = settings.consumer_flow_limit_prefetch
         # (connection generation, message); at most `flow_limit` of them, a finite number (the
@@ -77,8 +112,9 @@ class Consumer:
 
     # -- subscribing -----------------------------------------------------------------------------
 
-    def _window_asked(self) -> int:
-        """The consumer flow limit this consumer asks for: finite, never unlimited."""
+    def _window_asked(self) -> FlowLimit:
+        """The consumer flow limit this consumer asks for: a finite number, or `auto` (the broker
+        names the cap on the RECEIPT); never unlimited. Browsers ask for a number."""
         settings = self.connection.settings
         if self.browse:
             return settings.queue_browser_max_messages_per_retrieve
@@ -96,6 +132,8 @@ class Consumer:
         }
         if self.browse:
             headers["browser"] = "true"
+        elif self.pool_size > 0:
+            headers["consumer-pool-size"] = str(self.pool_size)
         if self.selector:
             headers["selector"] = self.selector
         if self.durable_name is not None:
@@ -128,10 +166,18 @@ class Consumer:
         (before the MESSAGE frames behind it)."""
         headers = receipt.headers
         asked = self._window_asked()
-        granted = int(headers.get("consumer-flow-limit", asked))
-        # The broker grants at most what was asked (a destination's cap only lowers it); an
-        # answer of more, or of no limit, gives the buffer no more room than was asked for.
-        self.flow_limit = granted if 0 < granted <= asked else asked
+        text = headers.get("consumer-flow-limit")
+        granted = 0 if text is None else int(text)
+        if isinstance(asked, int):
+            # The broker grants at most what was asked (a destination's cap only lowers it); an
+            # answer of more, or of no limit, gives the buffer no more room than was asked for.
+            self.flow_limit = granted if 0 < granted <= asked else asked
+        else:
+            # Auto: the broker names the cap of the adaptive window (the destination's
+            # consumerFlowLimit), which the consumer accepted by asking for auto; an answer of
+            # no limit gives the buffer no more room than an unlimited request would have.
+            self.flow_limit = granted if granted > 0 else UNLIMITED_CONSUMER_WINDOW
+        self.flow_auto = headers.get("consumer-flow-auto") == "true"
         self.flow_threshold = int(headers.get("consumer-flow-threshold", self.flow_threshold))
         self.prefetch = headers.get("consumer-flow-prefetch", "true") == "true"
 
@@ -275,17 +321,38 @@ class Consumer:
             )
 
     def _warn_if_capped(self, concurrency: int) -> None:
-        """The trap Open MQ's flow-control article describes for MDB pools."""
+        """The trap Open MQ's flow-control article describes for MDB pools: a window smaller
+        than the pool leaves handlers idle. An adaptive window is at least the declared pool
+        (within its cap), so a pool larger than declared may be starved too."""
         settings = self.connection.settings
         if 0 < self.flow_limit < concurrency:
+            raise_what = (
+                "the destination's consumerFlowLimit (the cap of the adaptive window)"
+                if settings.consumer_flow_auto
+                else "imqConsumerFlowLimit (and the destination's consumerFlowLimit)"
+            )
             log.warning(
                 "consumer of %s: its effective flow limit is %d messages but %d handlers serve it, "
-                "so at most %d can work at once; raise imqConsumerFlowLimit (and the "
-                "destination's consumerFlowLimit) to at least %d",
+                "so at most %d can work at once; raise %s to at least %d",
                 self.destination,
                 self.flow_limit,
                 concurrency,
                 self.flow_limit,
+                raise_what,
+                concurrency,
+            )
+        # The most handlers the window can keep busy; the declared pool must reach it.
+        busy = min(concurrency, self.flow_limit) if self.flow_limit > 0 else concurrency
+        if self.flow_auto and self.pool_size < busy:
+            log.warning(
+                "consumer of %s: its window adapts to its pace (consumer-flow-auto) and is kept "
+                "no smaller than its declared pool_size (%d), but %d handlers serve it: the "
+                "window may fall below %d messages and leave handlers idle; declare "
+                "pool_size=%d when creating the consumer",
+                self.destination,
+                self.pool_size,
+                concurrency,
+                busy,
                 concurrency,
             )
         if settings.connection_flow_limit_enabled and settings.connection_flow_limit < concurrency:

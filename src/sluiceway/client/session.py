@@ -43,18 +43,27 @@ class Session(SessionState):
         selector: str | None = None,
         *,
         durable_name: str | None = None,
+        pool_size: int = 0,
     ) -> Consumer:
-        """Subscribe to `destination`; the broker's RECEIPT gives the effective flow limit."""
-        consumer = Consumer(self, destination, selector, durable_name=durable_name)
+        """Subscribe to `destination`; the broker's RECEIPT gives the effective flow limit.
+
+        `pool_size` declares how many handlers will serve the consumer (the concurrency of its
+        listener): an adaptive window (imqConsumerFlowLimit=auto) is never sized below it, within
+        its cap. 0 declares none. Raises TypeError or ValueError unless it is an int from 0.
+        """
+        consumer = Consumer(
+            self, destination, selector, durable_name=durable_name, pool_size=pool_size
+        )
         await consumer.subscribe()
         self._consumers.append(consumer)
         return consumer
 
     async def durable_subscriber(
-        self, topic: str, name: str, selector: str | None = None
+        self, topic: str, name: str, selector: str | None = None, *, pool_size: int = 0
     ) -> Consumer:
-        """A durable subscription called `name` to `topic` (needs the connection's client id)."""
-        return await self.consumer(topic, selector, durable_name=name)
+        """A durable subscription called `name` to `topic` (needs the connection's client id);
+        `pool_size` as for `consumer`."""
+        return await self.consumer(topic, selector, durable_name=name, pool_size=pool_size)
 
     async def unsubscribe(self, name: str) -> None:
         """Remove durable subscription `name` from the broker."""

@@ -14,7 +14,10 @@ Attributes (Open MQ name: keyword, default; meaning):
   the keywords `login` and `passcode` are accepted as aliases (see `credentials`)
 - imqConfiguredClientID: client_id, none; the client id (durable subscriptions)
 - imqConsumerFlowLimit: consumer_flow_limit, 1000; messages per consumer (0 or -1: no limit of
-  the consumer's own; the client then asks for UNLIMITED_CONSUMER_WINDOW, see below)
+  the consumer's own; the client then asks for UNLIMITED_CONSUMER_WINDOW, see below), or `auto`
+  (any case; CONSUMER_FLOW_AUTO): the broker sizes each consumer's window from its measured pace
+  and round trip, at least the consumer's declared handler pool (`pool_size`) and at most the
+  destination's consumerFlowLimit, which the RECEIPT names and which bounds the buffer
 - imqConsumerFlowThreshold: consumer_flow_threshold, 50; percent of the limit at which the
   broker tops up
 - imqConsumerFlowLimitPrefetch: consumer_flow_limit_prefetch, true; false: one at a time
@@ -43,7 +46,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeAlias
 from urllib.parse import urlsplit
 
 from sluiceway.client.credentials import CREDENTIAL_ALIASES, credential
@@ -62,6 +65,10 @@ TLS_SCHEMES: Final = frozenset({"ssl", "stomp+ssl"})
 # application would let its buffer grow without end. Ten times the default window, so that such
 # a consumer is in practice never paused, while its buffer holds at most this many messages.
 UNLIMITED_CONSUMER_WINDOW: Final = 10_000
+# imqConsumerFlowLimit=auto: an adaptive window, sized by the broker (`consumer-flow-limit:auto`
+# on SUBSCRIBE). The settings hold it as this string; numbers stay ints.
+CONSUMER_FLOW_AUTO: Final = "auto"
+FlowLimit: TypeAlias = int | Literal["auto"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +139,30 @@ def _seconds_check(allow_none: bool) -> Callable[[Any], float | None]:
         return None if (allow_none and value == 0) else float(value)
 
     return check
+
+
+_FLOW_LIMIT_ACCEPTED: Final = "an integer from -1, or auto"
+
+
+def _flow_limit_text(text: str) -> FlowLimit:
+    """imqConsumerFlowLimit from a property: a number of messages from -1, or `auto`."""
+    if text.strip().lower() == CONSUMER_FLOW_AUTO:
+        return CONSUMER_FLOW_AUTO
+    try:
+        return int_parser(minimum=-1)(text)
+    except ValueError:
+        raise ValueError(_FLOW_LIMIT_ACCEPTED) from None
+
+
+def _flow_limit_check(value: Any) -> FlowLimit:
+    """consumer_flow_limit as a keyword: an int from -1, or the string `auto` (any case)."""
+    if isinstance(value, str) and value.strip().lower() == CONSUMER_FLOW_AUTO:
+        return CONSUMER_FLOW_AUTO
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(_FLOW_LIMIT_ACCEPTED)
+    if value < -1:
+        raise ValueError(_FLOW_LIMIT_ACCEPTED)
+    return value
 
 
 def _text_check(value: Any) -> str | None:
@@ -252,12 +283,12 @@ class ClientSettings:
     client_id: str | None = attr(
         "imqConfiguredClientID", str, _text_check, None, "client id, for durable subscriptions"
     )
-    consumer_flow_limit: int = attr(
+    consumer_flow_limit: int | Literal["auto"] = attr(
         "imqConsumerFlowLimit",
-        int_parser(minimum=-1),
-        _int_check(-1),
+        _flow_limit_text,
+        _flow_limit_check,
         1000,
-        "messages per consumer",
+        "messages per consumer, or auto",
     )
     consumer_flow_threshold: int = attr(
         "imqConsumerFlowThreshold",
@@ -335,11 +366,18 @@ class ClientSettings:
     tls: TlsSettings | None = None
 
     @property
-    def consumer_window(self) -> int:
-        """The consumer flow limit a consumer asks for on SUBSCRIBE, in messages: the
-        imqConsumerFlowLimit, or UNLIMITED_CONSUMER_WINDOW when that is 0 or -1 (no limit)."""
+    def consumer_flow_auto(self) -> bool:
+        """True when imqConsumerFlowLimit is `auto`: consumers ask for an adaptive window."""
+        return self.consumer_flow_limit == CONSUMER_FLOW_AUTO
+
+    @property
+    def consumer_window(self) -> FlowLimit:
+        """The consumer flow limit a consumer asks for on SUBSCRIBE: `auto`, or in messages the
+        imqConsumerFlowLimit, UNLIMITED_CONSUMER_WINDOW when that is 0 or -1 (no limit)."""
         limit = self.consumer_flow_limit
-        return limit if limit > 0 else UNLIMITED_CONSUMER_WINDOW
+        if isinstance(limit, str) or limit > 0:
+            return limit  # auto, or a number
+        return UNLIMITED_CONSUMER_WINDOW
 
     @property
     def attempts_per_address(self) -> int | None:

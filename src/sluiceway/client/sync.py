@@ -213,15 +213,26 @@ class Session:
         return Producer(producer, self._loop)
 
     def consumer(
-        self, destination: str, selector: str | None = None, *, durable_name: str | None = None
+        self,
+        destination: str,
+        selector: str | None = None,
+        *,
+        durable_name: str | None = None,
+        pool_size: int = 0,
     ) -> Consumer:
         consumer = self._loop.run(
-            self._session.consumer(destination, selector, durable_name=durable_name)
+            self._session.consumer(
+                destination, selector, durable_name=durable_name, pool_size=pool_size
+            )
         )
         return Consumer(consumer, self._loop)
 
-    def durable_subscriber(self, topic: str, name: str, selector: str | None = None) -> Consumer:
-        consumer = self._loop.run(self._session.durable_subscriber(topic, name, selector))
+    def durable_subscriber(
+        self, topic: str, name: str, selector: str | None = None, *, pool_size: int = 0
+    ) -> Consumer:
+        consumer = self._loop.run(
+            self._session.durable_subscriber(topic, name, selector, pool_size=pool_size)
+        )
         return Consumer(consumer, self._loop)
 
     def unsubscribe(self, name: str) -> None:
@@ -286,8 +297,18 @@ class Consumer:
 
     @property
     def flow_limit(self) -> int:
-        """The effective consumer flow limit the broker returned."""
+        """The effective consumer flow limit the broker returned (an adaptive window's cap)."""
         return self._consumer.flow_limit
+
+    @property
+    def flow_auto(self) -> bool:
+        """True when the broker sizes the window (consumer-flow-auto on the RECEIPT)."""
+        return self._consumer.flow_auto
+
+    @property
+    def pool_size(self) -> int:
+        """The handlers declared to serve the consumer (0: none)."""
+        return self._consumer.pool_size
 
     @property
     def max_buffered(self) -> int:
