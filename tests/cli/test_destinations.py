@@ -47,6 +47,22 @@ def test_create_query_update_destroy(broker: BrokerProcess) -> None:
     assert shown["Destination Name"] == "orders"
     assert shown["Destination State"] == "RUNNING"
     assert shown["maxNumMsgs"] == "5"
+    assert (shown["Consumed Late"], shown["Deadline Misses"]) == ("0", "0")
+    assert shown["deliveryOrder"] == "fifo"
+    assert shown["consumerFlowLimit"] == "1000"
+
+    auto = run_cmd(
+        "update", "dst", "-t", "q", "-n", "orders", "-o", "consumerFlowLimit=auto", "-o",
+        "deliveryOrder=deadline", admin_port=port,
+    )  # fmt: skip
+    assert auto.status == 0, auto.err
+    properties = get(port, "/destinations/queue/orders")["properties"]
+    assert (properties["consumerFlowLimit"], properties["deliveryOrder"]) == ("auto", "deadline")
+    refused = run_cmd(
+        "update", "dst", "-t", "q", "-n", "orders", "-o", "deliveryOrder=soonest", admin_port=port
+    )
+    assert refused.status != 0
+    assert "deliveryOrder" in refused.err
 
     updated = run_cmd(
         "update", "dst", "-t", "queue", "-n", "orders", "-o", "maxNumMsgs=7", "-o",

@@ -141,6 +141,8 @@ def _dst_text(detail: dict[str, Any]) -> str:
         ("Msg Bytes In", totals["bytes_in"]),
         ("Msg Bytes Out", totals["bytes_out"]),
         *((name.capitalize(), totals[name]) for name in _OUTCOMES),
+        # Older brokers' totals have no deadline counters.
+        *((label, totals[name]) for name, label in _DEADLINES if name in totals),
     ]
     return (
         render_pairs(state)
@@ -152,6 +154,7 @@ def _dst_text(detail: dict[str, Any]) -> str:
 
 
 _OUTCOMES = ("consumed", "redelivered", "expired", "dead", "dropped", "discarded")
+_DEADLINES = (("late", "Consumed Late"), ("deadline_misses", "Deadline Misses"))
 
 
 def create_dst(ctx: Context) -> None:
