@@ -206,3 +206,49 @@ def test_deadline_misses_count_expired_and_late() -> None:
     consumer.ack(in_time)
     stats = broker.destination(parse_destination("/queue/miss")).stats
     assert (stats.expired, stats.late) == (1, 1)
+
+
+def test_a_message_the_consumer_cannot_finish_in_time_expires_at_once() -> None:
+    """Under deadline order, a consumer measured at 100 ms a message is given a message due in
+    400 ms while it holds one (done in about 200 ms: 305 judged on the safe side), but not one
+    due in 400 ms while it holds two (300 ms: 455 judged): that one expires (to the dead
+    message queue) and the next, due in a minute, is given."""
+    clock = FakeClock()
+    broker = Broker(build_config({"imq.autocreate.queue.deliveryOrder": "deadline"}), clock=clock)
+    producer, consumer = Client(broker), Client(broker)
+    sub = consumer.subscribe("/queue/sla", limit=5, threshold=100)
+    for _ in range(3):
+        producer.send("/queue/sla", b"work")
+    held = consumer.take()
+    for delivery in held[:2]:  # two consumed, 100 ms each: its pace
+        clock.advance(0.1)
+        consumer.ack(delivery)
+    assert sub.pace == pytest.approx(0.1, rel=0.01)
+    now = clock.time_ms()
+    producer.send("/queue/sla", b"due soon", expires=now + 400)
+    producer.send("/queue/sla", b"due later", expires=now + 10_000)
+    assert bodies(consumer.take()) == [b"due soon", b"due later"]
+    producer.send("/queue/sla", b"hopeless", expires=now + 500)
+    producer.send("/queue/sla", b"fine", expires=now + 60_000)
+    assert consumer.take() == []  # its window is used up
+    clock.advance(0.1)
+    consumer.ack(held[2])  # room again, two held: "hopeless" would be done too late
+    assert bodies(consumer.take()) == [b"fine"]
+    queue = broker.destination(parse_destination("/queue/sla"))
+    assert queue.stats.expired == 1
+    dmq = broker.destination(parse_destination("/queue/mq.sys.dmq"))
+    assert dmq.pending_count == 1
+
+
+def test_fifo_order_never_expires_early() -> None:
+    clock = FakeClock()
+    broker = Broker(build_config({}), clock=clock)
+    producer, consumer = Client(broker), Client(broker)
+    consumer.subscribe("/queue/plain", limit=5, threshold=100)
+    for _ in range(3):
+        producer.send("/queue/plain", b"work")
+    held = consumer.take()
+    clock.advance(1.0)
+    consumer.ack(held[0])
+    producer.send("/queue/plain", b"tight", expires=clock.time_ms() + 10)
+    assert bodies(consumer.take()) == [b"tight"]  # delivered: JMS expiry is about delivery

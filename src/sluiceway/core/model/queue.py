@@ -35,6 +35,7 @@ from sluiceway.core.containers.pending import PackedChunk
 from sluiceway.core.model.context import Context
 from sluiceway.core.model.destination import Destination
 from sluiceway.core.model.subscription import Subscription
+from sluiceway.core.values.flow import AUTO_MARGIN, AUTO_SLACK_S
 from sluiceway.core.values.fullness import Fullness
 from sluiceway.core.values.message import Message
 from sluiceway.errors import Conflict
@@ -222,6 +223,19 @@ class Queue(Destination):
             message, "EXPIRED", "its expiration time passed before it was delivered"
         )
 
+    def too_late(self, message: Message, finish_ms: int) -> None:
+        """Under deadline order: `message` could no longer be consumed before its expiration
+        time (by the consumer's pace, it would be done at `finish_ms`): it expires now, leaving
+        the consumer's time to messages that can still meet theirs."""
+        super().expired(message)
+        late = finish_ms - message.expires
+        self._dead_and_gone(
+            message,
+            "EXPIRED",
+            f"it could no longer be consumed before its expiration time (about {late} ms "
+            "after it, at its consumer's pace; deliveryOrder=deadline)",
+        )
+
     def _dead_and_gone(self, message: Message, reason: str, comment: str) -> None:
         # One journal transaction: the dead copy is kept if and only if the original is gone.
         with self.store.atomic():
@@ -268,25 +282,31 @@ class QueueSubscription(Subscription):
         self.backup = False  # beyond maxNumActiveConsumers: receives nothing until promoted
 
     def measures_pace(self) -> bool:
-        # The `fair` policy (the module docstring) weighs consumers by their pace.
-        return self.auto is not None or self.queue.settings.dispatch_policy is _FAIR
+        # The `fair` policy (the module docstring) weighs consumers by their pace; deadline
+        # order judges by it whether a message can still be consumed in time.
+        settings = self.queue.settings
+        return (
+            self.auto is not None
+            or settings.dispatch_policy is _FAIR
+            or settings.delivery_order is _DEADLINE
+        )
 
-    def release(self, count: int) -> None:
-        super().release(count)
-        if (
-            count
-            and self.active
-            and self.queue.pending
-            and self.queue.settings.dispatch_policy is _FAIR
-        ):
-            # The policy may have held messages back from this consumer before its window was
-            # used up (dispatch, below): each consumption makes room for more.
-            self.refill()
+    def finish_ms(self, now_ms: int) -> int:
+        """When this consumer would have consumed one more message given now, judged on the
+        safe side: after the ones it holds, at its pace, and a round trip (an adaptive
+        window's measure; else none), half as much again for the pace's and the machine's
+        variations, plus AUTO_SLACK_S. `now_ms` when its pace is not measured yet."""
+        pace = self.pace
+        if pace is None:
+            return now_ms
+        auto = self.auto
+        round_trip = 0.0 if auto is None or auto.round_trip is None else auto.round_trip
+        work = (self.window.outstanding + 1) * pace + round_trip
+        return now_ms + int((work * (1 + AUTO_MARGIN) + AUTO_SLACK_S) * 1000)
 
     def stage(self, message: Message) -> None:
         # (An adaptive window's consumer is timed by Subscription.stage.)
-        fair = self.queue.settings.dispatch_policy is _FAIR
-        if self.busy_since is None and self.auto is None and fair:
+        if self.busy_since is None and self.auto is None and self.measures_pace():
             self.busy_since = self.connection.clock.monotonic()
         super().stage(message)
 
@@ -358,7 +378,23 @@ def fill_consumer(queue: Queue, consumer: QueueSubscription) -> None:
     """Give `consumer` messages from the head of the list while it is ready (no selectors)."""
     now = queue.clock.time_ms()
     while consumer.ready() and (message := _pop_live(queue, now)) is not None:
-        consumer.stage(message)
+        if not _too_late(queue, consumer, message, now):
+            consumer.stage(message)
+
+
+def _too_late(queue: Queue, consumer: QueueSubscription, message: Message, now: int) -> bool:
+    """Under deadline order, whether `message` (taken from the pending list) would be
+    consumed after its expiration time if `consumer` took it: then it expires now
+    (Queue.too_late). Earliest deadline first gives the consumer the message nearest its
+    deadline; under overload that is one it cannot finish in time, and each such message
+    makes the next late too. Expiring those keeps the consumer on messages it can finish."""
+    if not message.expires or queue.settings.delivery_order is not _DEADLINE:
+        return False
+    finish = consumer.finish_ms(now)
+    if finish <= message.expires:
+        return False
+    queue.too_late(message, finish)
+    return True
 
 
 def _pop_live(queue: Queue, now: int) -> Message | None:
@@ -391,7 +427,8 @@ def _dispatch_fair(queue: Queue) -> None:
         message = _pop_live(queue, now)
         if message is None:
             return
-        consumer.stage(message)
+        if not _too_late(queue, consumer, message, now):
+            consumer.stage(message)
 
 
 def _horizon(queue: Queue) -> float | None:
@@ -471,7 +508,8 @@ def _dispatch_scan(queue: Queue) -> None:
             consumer = _least_loaded(queue, message, horizon)
         if consumer is None:
             return False
-        consumer.stage(message)
+        if not _too_late(queue, consumer, message, now):
+            consumer.stage(message)
         return True
 
     def nobody_ready() -> bool:
