@@ -1,6 +1,6 @@
 """A scripted broker run whose metrics history the analysis must explain.
 
-With the history sampled every second, five things happen one after the other:
+With the history sampled every second, seven things happen one after the other:
 
 1. Hoarding: on /queue/hoard a slow consumer (window of 200) subscribes before two fast ones
    (windows of 10). 300 messages arrive at once; the slow consumer, first in line, takes 200 and
@@ -19,6 +19,12 @@ With the history sampled every second, five things happen one after the other:
    lease group `etl` of /queue/etl; READER_SENT messages go to each, and each reader takes
    READER_TAKEN of them (the cursor commits past them, the group acknowledges a lease of them)
    and stays behind by the rest, with no STOMP consumer on either.
+6. Adaptive windows: /queue/adaptive has consumerFlowLimit=auto; one consumer takes
+   ADAPTIVE_MESSAGES, ADAPTIVE_WORK_S each, while the broker measures its pace and sizes its
+   window, and stays until a sample has seen the window sized.
+7. Deadline misses: on /queue/quotes (fifo) a consumer waits while QUOTES_EXPIRED messages
+   arrive already past their deadline (they expire unconsumed) and one arrives due in
+   QUOTES_TTL_S, which the consumer receives in time and acknowledges after its deadline.
 
 `run` returns what was measured on the client side, for the tests to compare with the report.
 """
@@ -31,10 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from sluiceway.admin import model
 from sluiceway.client.pipeline import OutgoingMessage, PipelineConnection, PipelineSettings
+from sluiceway.naming import parse_destination
 from sluiceway.testing import BrokerThread
 from tests.e2e.rawclient import RawClient
 from tests.e2e.stomppy import connect, sync
+from tests.e2e.support import wait_until
 
 HOARD: Final = "/queue/hoard"
 PAUSED: Final = "/queue/paused"
@@ -55,6 +64,13 @@ CLICKS: Final = "/topic/clicks"
 ETL: Final = "/queue/etl"
 READER_SENT: Final = 12
 READER_TAKEN: Final = 5
+ADAPTIVE: Final = "/queue/adaptive"
+ADAPTIVE_MESSAGES: Final = 40
+ADAPTIVE_WORK_S: Final = 0.01
+QUOTES: Final = "/queue/quotes"
+QUOTES_EXPIRED: Final = 3
+QUOTES_TTL_S: Final = 1.0
+WAIT_S: Final = 30.0  # generous: a loaded machine slows the clients, never what is counted
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,7 @@ def properties(data_dir: Path) -> dict[str, str]:
         f"imq.destination.queue.{REFUSE[7:]}.maxNumMsgs": "1",
         f"imq.destination.queue.{REFUSE[7:]}.limitBehavior": "FLOW_CONTROL",
         "imq.producer.hold.timeout": str(round(HOLD_TIMEOUT_S * 1000)),
+        f"imq.destination.queue.{ADAPTIVE[7:]}.consumerFlowLimit": "auto",
     }
 
 
@@ -193,6 +210,65 @@ def pipeline_readers(port: int) -> None:
         pipeline.ack_lease(ETL, "etl/1")
 
 
+def _consumer_of(broker: BrokerThread, destination: str) -> model.ConsumerSnapshot:
+    def find() -> model.ConsumerSnapshot:
+        assert broker.broker is not None
+        return next(c for c in model.consumers(broker.broker) if c.destination == destination)
+
+    return broker.call(find)
+
+
+def _totals(broker: BrokerThread, destination: str) -> model.Totals:
+    def read() -> model.Totals:
+        assert broker.broker is not None
+        found = broker.broker.destination(parse_destination(destination))
+        return model.destination_detail(broker.broker, found).totals
+
+    return broker.call(read)
+
+
+def adaptive_windows(broker: BrokerThread, metrics: Path) -> None:
+    """Phase 6: a consumer of an auto destination, sampled once its pace is measured."""
+    producer = _client(broker.port)
+    for number in range(ADAPTIVE_MESSAGES):
+        producer.send("SEND", {"destination": ADAPTIVE}, f"job {number}".encode())
+    producer.sync()
+    consumer = _client(broker.port)
+    consumer.subscribe(ADAPTIVE, "tuned")  # no number: the destination's auto, capped at 1000
+    for _ in range(ADAPTIVE_MESSAGES):
+        (message,) = consumer.receive(1)
+        time.sleep(ADAPTIVE_WORK_S)  # the consumer's work on it: its pace
+        consumer.ack(message)
+    consumer.sync()
+    wait_until(lambda: _consumer_of(broker, ADAPTIVE).pace_ms is not None, WAIT_S)
+    wait_for_samples_after(metrics, round(time.time() * 1000))
+    producer.close()
+    consumer.close()
+
+
+def deadline_misses(broker: BrokerThread) -> None:
+    """Phase 7: messages that expire unconsumed, and one acknowledged after its deadline."""
+    consumer = _client(broker.port)
+    consumer.subscribe(QUOTES, "quotes")
+    producer = _client(broker.port)
+    now_ms = round(time.time() * 1000)
+    for number in range(QUOTES_EXPIRED):
+        headers = {"destination": QUOTES, "expires": str(now_ms - 1000)}
+        producer.send("SEND", headers, f"stale {number}".encode())
+    due_ms = now_ms + round(QUOTES_TTL_S * 1000)
+    producer.send("SEND", {"destination": QUOTES, "expires": str(due_ms)}, b"fresh")
+    producer.sync()
+    (message,) = consumer.receive(1)  # the stale ones expire instead of being delivered
+    assert message.body == b"fresh", message
+    # Past its deadline before acknowledging it: a wait for the wall clock, not for the broker.
+    time.sleep(max(0.0, (due_ms + 200) / 1000 - time.time()))
+    consumer.ack(message)
+    consumer.sync()
+    wait_until(lambda: _totals(broker, QUOTES).deadline_misses == QUOTES_EXPIRED + 1, WAIT_S)
+    producer.close()
+    consumer.close()
+
+
 def wait_for_samples_after(directory: Path, wall_ms: int, timeout: float = 10.0) -> None:
     """Until the history has a sample written after `wall_ms` (ms since the epoch)."""
     deadline = time.monotonic() + timeout
@@ -212,6 +288,8 @@ def run(data_dir: Path) -> Measured:
         held = holding(broker.port)
         refused = refusing(broker.port)
         pipeline_readers(broker.port)
+        adaptive_windows(broker, data_dir / "metrics")
+        deadline_misses(broker)
         # Two more samples, so the last pause and hold are seen to have ended.
         wait_for_samples_after(data_dir / "metrics", round(time.time() * 1000) + 1500)
     return Measured(

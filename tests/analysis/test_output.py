@@ -179,6 +179,8 @@ def test_the_summary_carries_the_findings(tmp_path: Path) -> None:
         "window_in_use": 500,
         "recommended": 15,  # 30 held over 2 consumers
         "changed": True,
+        "text": "15",
+        "fixed_alternative": None,  # auto is not recommended
     }
     assert [r["rule"] for r in advice["rules"]] == ["uneven-distribution"]
     assert quiet["rules"] == []

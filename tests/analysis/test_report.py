@@ -233,3 +233,51 @@ def test_a_range_without_history_is_refused_before_spark_starts(run: Run) -> Non
     assert done.stdout == ""
     assert done.stderr.startswith("sluiceway analyze: no metrics history in the time range")
     assert done.stderr.count("\n") == 1
+
+
+def test_it_reports_the_windows_the_broker_sized(run: Run) -> None:
+    advice = by_destination(run.summary["recommendations"], scenario.ADAPTIVE)
+    limit = advice["consumerFlowLimit"]
+    assert (limit["destination"], limit["text"], limit["changed"]) == (-2, "auto", False)
+    assert advice["rules"] == []  # already auto: no number recommended
+    (window,) = advice["adaptive_windows"]
+    assert window["consumer"].endswith("/tuned")
+    assert window["window_cap"] == 1000  # neither side gave a number
+    assert 1 <= window["window_low"] <= window["window_now"] <= window["window_high"] <= 1000
+    # It took ADAPTIVE_WORK_S (10 ms) a message; the broker's moving average is near that.
+    assert window["pace_ms"] >= scenario.ADAPTIVE_WORK_S * 1000 / 2
+    assert window["round_trip_ms"] is None or window["round_trip_ms"] > 0
+    assert advice["chosen_windows"].startswith("the broker sized the windows of 1 consumer(s)")
+    (line,) = [line for line in run.out.splitlines() if line.startswith(scenario.ADAPTIVE)]
+    low, high = window["window_low"], window["window_high"]
+    span = str(low) if low == high else f"{low} to {high}"
+    assert line == f"{scenario.ADAPTIVE}: auto windows of {span} messages for 1 consumer(s)"
+    assert "<h2>Windows the broker sized</h2>" in run.report.read_text()
+
+
+def test_it_counts_deadline_misses_and_suggests_deadline_order(run: Run) -> None:
+    quotes = by_destination(run.summary["destinations"], scenario.QUOTES)
+    assert quotes["delivery_order"] == "fifo"
+    assert quotes["msgs_in"] == scenario.QUOTES_EXPIRED + 1  # expired ones were accepted first
+    assert quotes["deadline_misses"] == {
+        "expired": scenario.QUOTES_EXPIRED,
+        "consumed_late": 1,
+        "total": scenario.QUOTES_EXPIRED + 1,
+        "share_of_received": 1.0,
+    }
+    advice = by_destination(run.summary["recommendations"], scenario.QUOTES)
+    assert advice["deliveryOrder"] == {"in_use": "fifo", "recommended": "deadline", "changed": True}
+    (rule,) = advice["rules"]
+    assert (rule["rule"], rule["setting"], rule["value"]) == (
+        "deadline-misses",
+        "deliveryOrder",
+        "deadline",
+    )
+    assert (
+        f"{scenario.QUOTES_EXPIRED} expired before delivery and 1 acknowledged" in (rule["reason"])
+    )
+    # Queues that never saw a message with a deadline missed none.
+    hoard = by_destination(run.summary["destinations"], scenario.HOARD)
+    assert hoard["deadline_misses"]["total"] == 0
+    (line,) = [line for line in run.out.splitlines() if line.startswith(scenario.QUOTES)]
+    assert line.startswith(f"{scenario.QUOTES}: deliveryOrder fifo -> deadline (deadline-misses)")

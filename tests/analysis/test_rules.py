@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
+from sluiceway.analysis.findings import LIMIT, THRESHOLD
 from sluiceway.analysis.results import ConsumerStats, DestinationStats, Distribution
 from sluiceway.analysis.rules import (
-    LIMIT,
-    THRESHOLD,
     Recommendation,
     RuleSettings,
     is_uneven,

@@ -7,6 +7,9 @@
     job       the Spark job: frames (samples and runs), traffic, consumers, producers
     results   the small typed values the job collects to the driver
     rules     recommended consumerFlowLimit / consumerFlowThreshold, with the reason for each
+    adaptive  when consumerFlowLimit=auto serves better than a number; the windows auto chose
+    deadlines deadline misses, and when a FIFO queue should deliver earliest deadline first
+    findings  what a rule reports, and the measures the rule modules share
     summary, report, plots   summary.json, report.html and its matplotlib figures
 
 Only `command` is imported by the command line; it imports the rest, and PySpark, when it runs.

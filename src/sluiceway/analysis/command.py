@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def analyse(options: Options) -> tuple[Path, Path, list[str]]:
-    """Run the analysis; return the two files written and one line per changed setting."""
+    """Run the analysis; return the two files written and one line per destination with
+    something to say (see `headline`)."""
     # PySpark and matplotlib load only here: the rest of the command line never pays for them.
     from sluiceway.analysis import report, rules, sources  # noqa: PLC0415 (PySpark loads only for analyze)
     from sluiceway.analysis.session import spark_error, spark_session  # noqa: PLC0415 (PySpark loads only for analyze)
@@ -167,21 +168,41 @@ def analyse(options: Options) -> tuple[Path, Path, list[str]]:
         page, summary = report.write(analysis, out)
     except OSError as exc:
         raise AnalysisError(f"cannot write the report to {out}: {exc}") from None
-    return page, summary, [_headline(r) for r in analysis.recommendations if r.findings]
+    lines = [headline(r) for r in analysis.recommendations]
+    return page, summary, [line for line in lines if line]
 
 
-def _headline(recommendation: Recommendation) -> str:
-    rules = ", ".join(sorted({f.rule for f in recommendation.findings}))
+def headline(recommendation: Recommendation) -> str:
+    """One line for the terminal: the settings to change and the rules that say so, the
+    windows the broker sized, the deadline misses; "" when there is nothing to say."""
+    from sluiceway.analysis.findings import POOL_SIZE, limit_text  # noqa: PLC0415 (loads with the rules, for analyze only)
+
+    rec = recommendation
     changes = []
-    if recommendation.limit_changed:
-        before, after = (
-            str(v) if v > 0 else "unlimited"
-            for v in (recommendation.destination_limit, recommendation.limit)
-        )
-        changes.append(f"consumerFlowLimit {before} -> {after}")
-    if recommendation.threshold_changed:
+    if rec.limit_changed:
+        fixed = rec.fixed_limit
+        instead = "" if fixed is None or fixed == rec.destination_limit else f" (or {fixed})"
         changes.append(
-            f"consumerFlowThreshold {recommendation.threshold_in_use} -> {recommendation.threshold}"
+            f"consumerFlowLimit {limit_text(rec.destination_limit)} -> "
+            f"{limit_text(rec.limit)}{instead}"
         )
-    what = "; ".join(changes) if changes else "see the report"
-    return f"{recommendation.destination}: {what} ({rules})"
+    if rec.threshold_changed:
+        changes.append(f"consumerFlowThreshold {rec.threshold_in_use} -> {rec.threshold}")
+    if rec.order_changed:
+        changes.append(f"deliveryOrder {rec.delivery_order} -> {rec.recommended_order}")
+    changes.extend(
+        f"{f.setting}:{f.value} on SUBSCRIBE" for f in rec.findings if f.setting == POOL_SIZE
+    )
+    parts = []
+    if rec.findings:
+        rules = ", ".join(sorted({f.rule for f in rec.findings}))
+        parts.append(f"{'; '.join(changes) if changes else 'see the report'} ({rules})")
+    lows = [c.window_low for c in rec.adaptive if c.window_low is not None]
+    highs = [c.window_high for c in rec.adaptive if c.window_high is not None]
+    if lows and highs:
+        low, high = min(lows), max(highs)
+        span = str(low) if low == high else f"{low} to {high}"
+        parts.append(f"auto windows of {span} messages for {len(rec.adaptive)} consumer(s)")
+    if rec.misses:
+        parts.append(rec.misses)
+    return f"{rec.destination}: {'; '.join(parts)}" if parts else ""

@@ -7,13 +7,18 @@ row carries `flow_paused_for`, how long the current pause has lasted, so a pause
 exact; its end lies between the last sample that saw it and the next one, and is placed half-way
 (or at the start of the next pause, if that comes first). A pause that starts and ends between
 two samples is not seen: the totals are accurate to about half an interval per pause.
+
+How each consumer's window was sized and used, for the adaptive-window rules: whether the broker
+sized it (consumerFlowLimit=auto), the smallest and largest it was, the broker's measures of
+the consumer's pace and round trip, the 90th percentile of what it held, and what it consumed
+over the intervals it held messages at both ends of (its speed while it had work).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from sluiceway.analysis.frames import Prepared, clip_start, increments, queue_type
@@ -24,6 +29,7 @@ from sluiceway.analysis.results import (
     bool_of,
     float_of,
     int_of,
+    opt_float_of,
     opt_int_of,
     str_of,
 )
@@ -37,11 +43,28 @@ STRANDED_MIN: Final = 2  # unconsumed messages in one window while another consu
 
 
 def per_sample(prepared: Prepared, destinations: DataFrame) -> DataFrame:
-    """Consumer rows with `delivered_inc`, the pause's start `pause_start`, and the queue's
-    `pending` at that sample (from the destination rows)."""
+    """Consumer rows with `delivered_inc`, the pause's start `pause_start`, the queue's
+    `pending` at that sample (from the destination rows), and `busy`/`consumed_inc`/`busy_s`:
+    whether the consumer held unconsumed messages at both ends of the interval since the
+    previous sample (it had work throughout, as far as the samples tell), how many it consumed
+    over it (delivered, less the growth of what it holds), and the interval's seconds."""
     pending = destinations.select("ts", "destination", F.col("pending").alias("dest_pending"))
+    in_order = Window.partitionBy(*KEY).orderBy("ts")
+    held_before = F.lag("outstanding").over(in_order)
+    # Only across consecutive samples: a consumer seen again after missing ones says nothing of
+    # what it did in between.
+    consecutive = F.lag("ts").over(in_order) == F.col("sample_prev")
     return (
         prepared.consumers.withColumn("delivered_inc", increments(KEY, "delivered"))
+        .withColumn(
+            "busy",
+            F.coalesce(consecutive & (held_before > 0) & (F.col("outstanding") > 0), F.lit(False)),
+        )
+        .withColumn(
+            "consumed_inc",
+            F.greatest(F.lit(0), F.col("delivered_inc") - (F.col("outstanding") - held_before)),
+        )
+        .withColumn("busy_s", F.col("gap_before") / 1000.0)
         .withColumn(
             "pause_start",
             (F.col("ts") - F.round(F.col("flow_paused_for") * 1000)).cast("long"),
@@ -138,6 +161,7 @@ def stats(samples: DataFrame, totals: DataFrame, interval_s: float) -> DataFrame
             (F.sum(F.when(active, 1).otherwise(0)) * interval_s).alias("active_s"),
             (F.sum(F.when(starving, 1).otherwise(0)) * interval_s).alias("starved_s"),
             F.max("outstanding").alias("max_outstanding"),
+            *_window_columns(active),
         )
         .join(totals, KEY, "left")
         .fillna(0, ["paused_s", "pause_episodes", "longest_pause_s"])
@@ -151,6 +175,27 @@ def stats(samples: DataFrame, totals: DataFrame, interval_s: float) -> DataFrame
     return table.withColumn(
         "share", F.when(F.col("compared") & (total > 0), F.col("delivered") / total)
     ).withColumn("label", F.concat_ws("/", F.col("connection").cast("string"), "subscription"))
+
+
+def _window_columns(active: Column) -> list[Column]:
+    """How its window was sized and used: adaptive or not, the range of sizes it had, the
+    broker's measures of its pace and round trip, how much of it was held, and its work while
+    it held messages (all null in history written before they were recorded)."""
+    busy = F.col("busy")
+    return [
+        F.coalesce(F.max_by("window_auto", "ts"), F.lit(False)).alias("window_auto"),
+        F.max_by("window_max", "ts").alias("window_cap"),
+        F.min(F.when(F.col("window_limit") > 0, F.col("window_limit"))).alias("window_low"),
+        F.max("window_limit").alias("window_high"),
+        F.percentile_approx("pace_ms", 0.5).alias("pace_ms"),
+        F.min("pace_ms").alias("pace_low_ms"),
+        F.max("pace_ms").alias("pace_high_ms"),
+        F.percentile_approx("round_trip_ms", 0.5).alias("round_trip_ms"),
+        F.percentile_approx(F.when(active, F.col("outstanding")), 0.9).alias("outstanding_p90"),
+        F.coalesce(F.sum(F.when(busy, F.col("consumed_inc"))), F.lit(0)).alias("busy_consumed"),
+        F.coalesce(F.sum(F.when(busy, F.col("busy_s"))), F.lit(0.0)).alias("busy_s"),
+        F.sum(F.when(busy, 1).otherwise(0)).alias("busy_intervals"),
+    ]
 
 
 def distributions(consumer_stats: DataFrame) -> DataFrame:
@@ -189,6 +234,18 @@ def to_consumer(row: RowLike) -> ConsumerStats:
         longest_pause_s=float_of(row, "longest_pause_s"),
         starved_s=float_of(row, "starved_s"),
         max_outstanding=int_of(row, "max_outstanding"),
+        window_auto=bool_of(row, "window_auto"),
+        window_cap=opt_int_of(row, "window_cap"),
+        window_low=opt_int_of(row, "window_low"),
+        window_high=opt_int_of(row, "window_high"),
+        pace_ms=opt_float_of(row, "pace_ms"),
+        pace_low_ms=opt_float_of(row, "pace_low_ms"),
+        pace_high_ms=opt_float_of(row, "pace_high_ms"),
+        round_trip_ms=opt_float_of(row, "round_trip_ms"),
+        outstanding_p90=opt_int_of(row, "outstanding_p90"),
+        busy_consumed=int_of(row, "busy_consumed"),
+        busy_s=float_of(row, "busy_s"),
+        busy_intervals=int_of(row, "busy_intervals"),
     )
 
 

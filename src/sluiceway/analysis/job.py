@@ -1,8 +1,9 @@
 """The Spark job: read the history, aggregate it in Spark, collect the small results.
 
 Everything that grows with the history (rows per sample, per consumer sample) stays in Spark;
-the driver receives one row per destination, consumer, pipeline reader, distribution, episode
-and plotted time bucket, each list capped (the MAX_* below), with a count of what was left off.
+the driver receives one row per destination, consumer, pipeline reader, distribution, episode,
+plotted time bucket and period of a destination's load (traffic.SLICES), each list capped (the
+MAX_* below), with a count of what was left off.
 """
 
 from __future__ import annotations
@@ -71,6 +72,18 @@ def _collect(prepared: frames.Prepared, cache: frames.Cache, partitions: int) ->
     )
     episode_rows = _bounded(episodes.orderBy("start", "destination"), MAX_EPISODES)
     distribution_rows = _bounded(consumers.distributions(consumer_table), MAX_DESTINATIONS)
+    # The load over time of the queues and topics with consumers, for the shifting-load rule.
+    with_consumers = [str(r["destination"]) for r in destination_rows if r["max_consumers"]]
+    slice_rows = _bounded(
+        traffic.slices(
+            destination_samples,
+            consumer_samples,
+            with_consumers,
+            timeline.first_ms,
+            timeline.last_ms,
+        ),
+        MAX_DESTINATIONS * traffic.SLICES,
+    )
     reader_table = cache.keep(readers.stats(prepared))
     reader_rows = _bounded(reader_table.orderBy(*readers.KEY), MAX_READERS)
     return Collected(
@@ -86,6 +99,7 @@ def _collect(prepared: frames.Prepared, cache: frames.Cache, partitions: int) ->
         shuffle_partitions=partitions,
         readers=[readers.to_reader(r) for r in reader_rows],
         readers_left_off=_left_off(reader_table, reader_rows, MAX_READERS),
+        slices=[traffic.to_slice(r) for r in slice_rows],
     )
 
 

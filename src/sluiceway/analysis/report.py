@@ -1,9 +1,10 @@
 """report.html (one self-contained page, plots embedded as PNG) and summary.json.
 
 Sections, in the order an operator needs them: the recommended flow settings and why; the
-throughput and backlog of each destination; how far behind its pipeline readers were; producers
-held or throttled; consumers paused by
-flow control; how each queue's messages were spread over its consumers; how it was measured.
+windows the broker sized where they are adaptive; the throughput and backlog of each
+destination; its deadline misses; how far behind its pipeline readers were; producers held or
+throttled; consumers paused by flow control; how each queue's messages were spread over its
+consumers; how it was measured.
 Both files are written next to each other and replace any earlier report atomically.
 """
 
@@ -13,14 +14,15 @@ import base64
 import html
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
 from sluiceway import __version__
 from sluiceway.analysis import plots
+from sluiceway.analysis.findings import LIMIT, limit_text
 from sluiceway.analysis.results import ConsumerStats, SeriesPoint
-from sluiceway.analysis.rules import LIMIT, Recommendation
+from sluiceway.analysis.rules import Recommendation
 from sluiceway.analysis.summary import Analysis, build, iso
 
 MAX_SHARE_PLOTS: Final = 8  # queues with a distribution plot
@@ -63,10 +65,32 @@ def _image(png: bytes, alt: str) -> str:
     return f'<p><img alt="{_e(alt)}" src="data:image/png;base64,{data}"></p>'
 
 
-def _limit(value: int | None) -> str:
-    if value is None:
-        return "-"
-    return "unlimited" if value <= 0 else str(value)
+def _changed(changed: bool) -> str:
+    return ' class="changed"' if changed else ""
+
+
+def _settings(rec: Recommendation) -> list[str]:
+    """The list items of one destination's settings: now, and recommended."""
+    fixed = ""
+    if rec.fixed_limit is not None and rec.fixed_limit != rec.destination_limit:
+        fixed = f"; to keep a fixed number, {_e(limit_text(rec.fixed_limit))}"
+    items = [
+        f"consumerFlowLimit: destination {_e(limit_text(rec.destination_limit))}, largest "
+        f"window in use {_e(limit_text(rec.window_in_use))}; recommended "
+        f"<span{_changed(rec.limit_changed)}>{_e(limit_text(rec.limit))}</span>{fixed}",
+        f"consumerFlowThreshold: in use {_e(rec.threshold_in_use or '-')} %; "
+        f"recommended <span{_changed(rec.threshold_changed)}>{_e(rec.threshold)} %</span>",
+    ]
+    if rec.delivery_order:
+        items.append(
+            f"deliveryOrder: {_e(rec.delivery_order)}; recommended "
+            f"<span{_changed(rec.order_changed)}>{_e(rec.recommended_order)}</span>"
+        )
+    if rec.chosen:
+        items.append(f"adaptive windows: {_e(rec.chosen)}")
+    if rec.misses:
+        items.append(f"deadlines: {_e(rec.misses)}")
+    return items
 
 
 def _recommendations(recommendations: list[Recommendation]) -> str:
@@ -76,18 +100,9 @@ def _recommendations(recommendations: list[Recommendation]) -> str:
     if not fired:
         parts.append("<p>No rule fired: keep the current settings.</p>")
     for rec in fired:
-        limit_class = ' class="changed"' if rec.limit_changed else ""
-        threshold_class = ' class="changed"' if rec.threshold_changed else ""
         parts.append(f"<h3>{_e(rec.destination)}</h3><ul>")
-        parts.append(
-            f"<li>consumerFlowLimit: destination {_e(_limit(rec.destination_limit))}, largest "
-            f"window in use {_e(_limit(rec.window_in_use))}; recommended "
-            f"<span{limit_class}>{_e(_limit(rec.limit))}</span></li>"
-        )
-        parts.append(
-            f"<li>consumerFlowThreshold: in use {_e(rec.threshold_in_use or '-')} %; "
-            f"recommended <span{threshold_class}>{_e(rec.threshold)} %</span></li></ul>"
-        )
+        parts.extend(f"<li>{item}</li>" for item in _settings(rec))
+        parts.append("</ul>")
         rows = [
             (f'<span class="rule">{_e(f.rule)}</span>', _e(f.setting), _e(f.value), _e(f.reason))
             for f in rec.findings
@@ -95,10 +110,108 @@ def _recommendations(recommendations: list[Recommendation]) -> str:
         parts.append(_table(("rule", "setting", "value", "why"), rows, {2}))
     if kept:
         parts.append("<p>Kept as they are:</p><ul>")
-        parts.extend(
-            f'<li>{_e(r.destination)}: <span class="note">{_e(r.note)}</span></li>' for r in kept
-        )
+        for rec in kept:
+            said = "; ".join(text for text in (rec.note, rec.chosen, rec.misses) if text)
+            parts.append(f'<li>{_e(rec.destination)}: <span class="note">{_e(said)}</span></li>')
         parts.append("</ul>")
+    return "".join(parts)
+
+
+def _ms(value: float | None) -> str:
+    """Milliseconds: tenths, or thousandths below one."""
+    return "-" if value is None else _n(value, 1 if value >= 1 else 3)
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else _n(value, 0)
+
+
+def _range(low: float | None, high: float | None, show: Callable[[float | None], str]) -> str:
+    """low to high, one value when they are equal, - when unknown."""
+    if low is None or high is None:
+        return "-"
+    return show(low) if low == high else f"{show(low)} to {show(high)}"
+
+
+def _adaptive(analysis: Analysis) -> str:
+    parts = [
+        "<h2>Windows the broker sized</h2>",
+        "<p>Consumers with consumerFlowLimit=auto (on the destination, or asked for on "
+        "SUBSCRIBE): the smallest and largest window the broker gave each over the range, the "
+        "last, the most it may grow to (cap), and the pace (time per message) and round trip "
+        "it measured, median and range.</p>",
+    ]
+    rows = [
+        (
+            _e(rec.destination),
+            _e(c.label),
+            _range(c.window_low, c.window_high, _count),
+            _e(limit_text(c.window_limit)),
+            _e(limit_text(c.window_cap)),
+            _ms(c.pace_ms),
+            _range(c.pace_low_ms, c.pace_high_ms, _ms),
+            _ms(c.round_trip_ms),
+            _n(c.delivered, 0),
+        )
+        for rec in analysis.recommendations
+        for c in rec.adaptive
+    ]
+    if not rows:
+        parts.append("<p>None: no consumer had an adaptive window.</p>")
+        return "".join(parts)
+    headers = (
+        "destination",
+        "consumer",
+        "windows",
+        "window, last",
+        "cap",
+        "pace ms",
+        "pace range ms",
+        "round trip ms",
+        "delivered",
+    )
+    parts.append(_table(headers, rows[:MAX_TABLE_ROWS], {5, 7, 8}))
+    return "".join(parts)
+
+
+def _deadlines(analysis: Analysis) -> str:
+    destinations = analysis.collected.destinations
+    parts = [
+        "<h2>Deadline misses</h2>",
+        "<p>Messages with an expiration time that expired before delivery, or were acknowledged "
+        "after it (delivered in time, consumed late), over the range; as a share of the "
+        "messages the destination received over the range.</p>",
+    ]
+    recorded = [d for d in destinations if d.deadline_misses is not None]
+    missed = [d for d in recorded if d.deadline_misses]
+    if not recorded:
+        parts.append(
+            "<p>Not recorded: the history was written by a broker that did not count them.</p>"
+        )
+        return "".join(parts)
+    if not missed:
+        parts.append("<p>None: every message with a deadline met it.</p>")
+        return "".join(parts)
+    rows = [
+        (
+            _e(d.destination),
+            _e(d.delivery_order or "-"),
+            _n(d.expired or 0, 0),
+            _n(d.consumed_late or 0, 0),
+            _n(d.deadline_misses or 0, 0),
+            "-" if d.miss_share is None else _n(100 * d.miss_share, 1),
+        )
+        for d in missed[:MAX_TABLE_ROWS]
+    ]
+    headers = (
+        "destination",
+        "deliveryOrder",
+        "expired",
+        "consumed late",
+        "misses",
+        "% of received",
+    )
+    parts.append(_table(headers, rows, {2, 3, 4, 5}))
     return "".join(parts)
 
 
@@ -122,7 +235,7 @@ def _traffic(analysis: Analysis) -> str:
             _n(d.peak_out_rate),
             _n(d.peak_msgs, 0),
             _n(d.peak_pending, 0),
-            _e(_limit(d.consumer_flow_limit)),
+            _e(limit_text(d.consumer_flow_limit)),
         )
         for d in collected.destinations[:MAX_TABLE_ROWS]
     ]
@@ -256,7 +369,7 @@ def _paused(analysis: Analysis) -> str:
         (
             _e(c.destination),
             _e(c.label),
-            _e(_limit(c.window_limit)),
+            _e(limit_text(c.window_limit)),
             _e("-" if c.window_threshold is None else c.window_threshold),
             _n(c.paused_s),
             _n(100 * c.paused_s / c.present_s if c.present_s else 0.0, 0),
@@ -362,7 +475,9 @@ def render(analysis: Analysis) -> str:
         f'<p class="note">{_e(iso(timeline.first_ms))} to {_e(iso(timeline.last_ms))}; '
         f"generated {_e(iso(analysis.generated_ms))} by sluiceway {_e(__version__)}.</p>"
         + _recommendations(analysis.recommendations)
+        + _adaptive(analysis)
         + _traffic(analysis)
+        + _deadlines(analysis)
         + _readers(analysis)
         + _episodes(analysis)
         + _paused(analysis)

@@ -11,6 +11,11 @@ import enum
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+# Fewer messages consumed, or fewer intervals, while it held messages say nothing about a
+# consumer's speed: one interval may be a stall.
+MIN_BUSY_MESSAGES: Final = 5
+MIN_BUSY_INTERVALS: Final = 2
+
 
 class RowLike(Protocol):
     """What the conversion needs of a PySpark Row (also satisfied by a dict, in tests)."""
@@ -108,6 +113,24 @@ class DestinationStats:
     # Its most pipeline readers at once (cursor groups, lease groups); 0 in history written
     # before they were recorded.
     max_readers: int = 0
+    delivery_order: str = ""  # queues: fifo | deadline; "" for topics and older history
+    # Deadline misses over the range (messages); None in history written before they were
+    # recorded. Expired: removed unconsumed because their expiration time passed; consumed
+    # late: delivered in time, acknowledged after it.
+    expired: int | None = None
+    consumed_late: int | None = None
+
+    @property
+    def deadline_misses(self) -> int | None:
+        if self.expired is None or self.consumed_late is None:
+            return None
+        return self.expired + self.consumed_late
+
+    @property
+    def miss_share(self) -> float | None:
+        """Deadline misses per message received over the range; None when either is unknown."""
+        misses = self.deadline_misses
+        return None if misses is None or self.msgs_in <= 0 else misses / self.msgs_in
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +153,21 @@ class ConsumerStats:
     longest_pause_s: float
     starved_s: float  # time it held nothing while its queue had messages waiting
     max_outstanding: int
+    # Below: None (False) in history written before they were recorded.
+    window_auto: bool = False  # the broker sizes its window (consumerFlowLimit=auto)
+    window_cap: int | None = None  # auto: the most its window grows to (-1: no cap given)
+    window_low: int | None = None  # its smallest and largest window over the range
+    window_high: int | None = None
+    pace_ms: float | None = None  # the broker's measure of its time per message (median)
+    pace_low_ms: float | None = None
+    pace_high_ms: float | None = None
+    round_trip_ms: float | None = None  # auto: delivery to acknowledgement, less work (median)
+    outstanding_p90: int | None = None  # unconsumed messages it held, 90th percentile
+    # Messages it consumed over the intervals it held unconsumed messages at both ends of, and
+    # their seconds: its speed while it had work (see `working_rate`).
+    busy_consumed: int = 0
+    busy_s: float = 0.0
+    busy_intervals: int = 0
 
     @property
     def label(self) -> str:
@@ -139,6 +177,21 @@ class ConsumerStats:
     def rate(self) -> float:
         """Messages per second written to it while it was there."""
         return self.delivered / self.present_s if self.present_s > 0 else 0.0
+
+    @property
+    def working_rate(self) -> float | None:
+        """Messages per second it consumed over the intervals it had work throughout (it held
+        unconsumed messages at the samples that began and ended them); None from fewer than
+        MIN_BUSY_MESSAGES or MIN_BUSY_INTERVALS. A consumer that empties its window and is
+        refilled between two samples idled for part of such an interval: for it this is a lower
+        bound."""
+        if (
+            self.busy_consumed < MIN_BUSY_MESSAGES
+            or self.busy_intervals < MIN_BUSY_INTERVALS
+            or self.busy_s <= 0
+        ):
+            return None
+        return self.busy_consumed / self.busy_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +283,20 @@ class ProducerEpisode:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadSlice:
+    """One destination over one of the equal periods the range is cut into (traffic.SLICES):
+    the load a fixed window would have had to suit then."""
+
+    destination: str
+    start_ms: int  # its first and last sample
+    end_ms: int
+    samples: int
+    median_held: float | None  # messages held, over its samples where any were; None: none
+    consumers: float | None  # active consumers (not backups), median over its samples
+    out_rate: float | None  # messages per second delivered; None where none was measured
+
+
+@dataclass(frozen=True, slots=True)
 class Collected:
     """Everything the report needs, gathered from Spark."""
 
@@ -245,3 +312,4 @@ class Collected:
     shuffle_partitions: int  # spark.sql.shuffle.partitions the job ran with
     readers: list[ReaderStats] = field(default_factory=list)
     readers_left_off: int = 0
+    slices: list[LoadSlice] = field(default_factory=list)

@@ -23,6 +23,12 @@ proposes and the numbers that made it fire:
 - `threshold-near-0`: a threshold close to 0 % lets the consumer run dry before the next batch
   arrives, and it did (it sat empty while messages waited); go back to 50 %.
 
+Where one fixed number cannot suit the consumers, the limit recommended is `auto`, the window
+the broker sizes per consumer (`mixed-speeds`, `idle-window`, `shifting-load`: adaptive.py); the
+number the rules above found is then kept as the fixed alternative. A destination already on
+`auto` gets no fixed number: the report gives the windows the broker chose. A FIFO queue that
+missed deadlines is told about `deliveryOrder=deadline` (`deadline-misses`: deadlines.py).
+
 The limit recommended is the destination's `consumerFlowLimit`, which caps every consumer (the
 smaller of it and the consumer's own `consumer-flow-limit` wins); the threshold is set by the
 consumers (`consumer-flow-threshold`, Open MQ's `imqConsumerFlowThreshold`). Pipeline readers
@@ -32,38 +38,44 @@ governs them, so a destination drained only by them keeps its settings, and its 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from sluiceway.analysis import adaptive, deadlines
+from sluiceway.analysis.findings import (
+    DELIVERY_ORDER,
+    LIMIT,
+    MAX_REFILLS_PER_S,
+    THRESHOLD,
+    Finding,
+    paced_limit,
+    prefetching,
+)
 from sluiceway.analysis.results import (
     Collected,
     ConsumerStats,
     DestinationStats,
     Distribution,
+    LoadSlice,
     ReaderStats,
 )
+from sluiceway.config.properties import AUTO_FLOW_LIMIT
 from sluiceway.core.values.flow import (
     DEFAULT_CONSUMER_FLOW_LIMIT,
     DEFAULT_CONSUMER_FLOW_THRESHOLD,
     resume_count,
 )
 
-LIMIT: Final = "consumerFlowLimit"
-THRESHOLD: Final = "consumerFlowThreshold"
 # Fewer messages than this over a queue's compared consumers say nothing about the spread.
 MIN_DELIVERED_FOR_SHARES: Final = 20
 HIGH_THRESHOLD: Final = 90  # percent and above: "close to 100 %"
 LOW_THRESHOLD: Final = 10  # percent and below: "close to 0 %"
 # Below this limit even an extreme threshold changes the batch by a message or two.
 MIN_LIMIT_FOR_THRESHOLD: Final = 10
-# Refills per second per consumer. Open MQ gives no number; these are our judgement: a refill is
-# a scheduling round in the broker and, for clients that ask for more explicitly, a round trip,
-# and beyond a few per second their cost dominates a slow batch's. Aim at two.
-MAX_REFILLS_PER_S: Final = 4.0
-TARGET_REFILLS_PER_S: Final = 2.0
 # "Messages waited in the destination" for most of the time: consumers were the bottleneck.
 BACKLOG_SHARE: Final = 0.5
 MAX_NAMED_READERS: Final = 3  # pipeline readers a note names; it counts the others
@@ -76,23 +88,23 @@ class RuleSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
-    rule: str
-    setting: str  # LIMIT or THRESHOLD
-    value: int  # the value this rule proposes
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class Recommendation:
     destination: str
-    destination_limit: int  # its consumerFlowLimit now; -1: unlimited
+    destination_limit: int  # its consumerFlowLimit now; -1: unlimited; AUTO_FLOW_LIMIT: auto
     window_in_use: int | None  # its consumers' largest effective window (-1: unlimited)
-    limit: int  # recommended consumerFlowLimit (-1: unlimited, when kept so)
+    limit: int  # recommended consumerFlowLimit (-1: unlimited, when kept so; AUTO_FLOW_LIMIT)
     threshold_in_use: int | None  # the threshold most of its consumers used
     threshold: int  # recommended consumerFlowThreshold, percent
     findings: tuple[Finding, ...]
     note: str  # what was looked at, when no rule fired
+    # When auto is recommended: the fixed consumerFlowLimit the other rules arrived at, for a
+    # destination that must keep a number.
+    fixed_limit: int | None = None
+    adaptive: tuple[ConsumerStats, ...] = ()  # consumers whose windows the broker sized
+    chosen: str = ""  # those windows in one sentence
+    delivery_order: str = ""  # queues: in use (fifo | deadline); "" unknown or a topic
+    recommended_order: str = ""  # as delivery_order, or deadline when a rule says so
+    misses: str = ""  # its deadline misses in words; "" when none were recorded
 
     @property
     def limit_changed(self) -> bool:
@@ -101,6 +113,10 @@ class Recommendation:
     @property
     def threshold_changed(self) -> bool:
         return self.threshold_in_use is not None and self.threshold != self.threshold_in_use
+
+    @property
+    def order_changed(self) -> bool:
+        return self.recommended_order != self.delivery_order
 
 
 def _windows(consumers: list[ConsumerStats]) -> list[int]:
@@ -125,12 +141,6 @@ def _batch(limit: int, threshold: int) -> int:
     return limit - resume_count(limit, threshold)
 
 
-def _prefetching(consumers: list[ConsumerStats]) -> list[ConsumerStats]:
-    """Consumers whose window the flow limit governs: with ack:auto a message is consumed as it
-    is written, so the connection's write buffer bounds it instead."""
-    return [c for c in consumers if c.ack != "auto"]
-
-
 def fair_share(stats: DestinationStats, consumers: int) -> int:
     """The backlog spread over the consumers: the median held, divided by their number."""
     return max(1, math.ceil(stats.median_held / max(1, consumers)))
@@ -139,7 +149,7 @@ def fair_share(stats: DestinationStats, consumers: int) -> int:
 def unlimited_window(stats: DestinationStats, consumers: list[ConsumerStats]) -> Finding | None:
     if stats.consumer_flow_limit > 0:
         return None
-    unbounded = [c for c in _prefetching(consumers) if c.window_limit <= 0]
+    unbounded = [c for c in prefetching(consumers) if c.window_limit <= 0]
     if not unbounded:
         return None
     return Finding(
@@ -217,7 +227,7 @@ def batches_too_small(
     if stats.pending_share < BACKLOG_SHARE:
         return None  # consumers were mostly waiting for messages, not for top-ups
     busiest: tuple[float, ConsumerStats, int] | None = None
-    for consumer in _prefetching(consumers):
+    for consumer in prefetching(consumers):
         limit, threshold = consumer.window_limit, _threshold_of(consumer)
         if limit <= 0 or threshold >= HIGH_THRESHOLD:
             continue  # unlimited, or the threshold rule explains the small batches
@@ -227,8 +237,7 @@ def batches_too_small(
     if busiest is None or busiest[0] < MAX_REFILLS_PER_S:
         return None
     refills, consumer, threshold = busiest
-    wanted = math.ceil(consumer.rate / TARGET_REFILLS_PER_S * 100 / (100 - threshold))
-    value = min(DEFAULT_CONSUMER_FLOW_LIMIT, wanted)
+    value = paced_limit(consumer.rate, threshold)
     if stats.type == "queue" and spread is not None:
         # On a shared queue a window past the fair share brings back uneven distribution.
         value = min(value, max(consumer.window_limit, fair_share(stats, spread.consumers)))
@@ -257,7 +266,8 @@ def limit_below_pool(
 ) -> Finding | None:
     if pool is None:
         return None
-    windows = [w for w in _windows(_prefetching(consumers)) if w > 0]
+    fixed = [c for c in prefetching(consumers) if not c.window_auto]
+    windows = [w for w in _windows(fixed) if w > 0]
     smallest = min([*windows, proposed] if proposed > 0 else windows, default=None)
     if smallest is None or smallest >= pool:
         return None
@@ -273,7 +283,7 @@ def limit_below_pool(
 
 
 def threshold_near_100(stats: DestinationStats, consumers: list[ConsumerStats]) -> Finding | None:
-    for consumer in _prefetching(consumers):
+    for consumer in prefetching(consumers):
         limit, threshold = consumer.window_limit, _threshold_of(consumer)
         if threshold >= HIGH_THRESHOLD and limit >= MIN_LIMIT_FOR_THRESHOLD:
             return Finding(
@@ -293,7 +303,7 @@ def threshold_near_100(stats: DestinationStats, consumers: list[ConsumerStats]) 
 def threshold_near_0(
     stats: DestinationStats, consumers: list[ConsumerStats], interval_s: float
 ) -> Finding | None:
-    for consumer in _prefetching(consumers):
+    for consumer in prefetching(consumers):
         limit, threshold = consumer.window_limit, _threshold_of(consumer)
         if (
             threshold <= LOW_THRESHOLD
@@ -319,6 +329,71 @@ def _usual_threshold(consumers: list[ConsumerStats]) -> int | None:
     return Counter(known).most_common(1)[0][0] if known else None
 
 
+def _current_limit(stats: DestinationStats) -> int:
+    value = stats.consumer_flow_limit
+    return value if value > 0 or value == AUTO_FLOW_LIMIT else -1
+
+
+def _fixed_limit_rules(
+    stats: DestinationStats,
+    consumers: list[ConsumerStats],
+    spread: Distribution | None,
+    settings: RuleSettings,
+) -> tuple[list[Finding], int, Finding | None]:
+    """The rules that propose a number: their findings, the limit they arrive at, and the one
+    that sized it to the load (uneven-distribution or batches-too-small), if any."""
+    findings: list[Finding] = []
+    limit = _current_limit(stats)
+    unlimited = unlimited_window(stats, consumers)
+    if unlimited is not None:
+        findings.append(unlimited)
+        limit = int(unlimited.value)
+    proposed = uneven_distribution(stats, consumers, spread, settings)
+    if proposed is not None:
+        findings.append(proposed)
+        value = int(proposed.value)
+        limit = value if limit <= 0 else min(limit, value)
+    else:
+        proposed = batches_too_small(stats, consumers, spread)
+        if proposed is not None:
+            findings.append(proposed)
+            limit = max(limit, int(proposed.value)) if limit > 0 else limit
+    below_pool = limit_below_pool(stats, consumers, limit, settings.pool_size)
+    if below_pool is not None:
+        findings.append(below_pool)
+        limit = max(limit, int(below_pool.value)) if limit > 0 else limit
+    return findings, limit, proposed
+
+
+def _auto_rules(
+    stats: DestinationStats,
+    consumers: list[ConsumerStats],
+    proposed: Finding | None,
+    *,
+    pool: int | None,
+    interval_s: float,
+    threshold: int,
+    periods: Sequence[LoadSlice],
+) -> list[Finding]:
+    """The rules that recommend consumerFlowLimit=auto (adaptive.py); the first reason also
+    says how to keep the pool of handlers the operator named."""
+    found = [
+        finding
+        for finding in (
+            adaptive.mixed_speeds(stats, consumers, interval_s),
+            adaptive.idle_window(stats, consumers, interval_s),
+            adaptive.shifting_load(stats, periods, proposed, threshold, pool),
+        )
+        if finding is not None
+    ]
+    if found and pool is not None:
+        first = found[0]
+        found[0] = dataclasses.replace(
+            first, reason=f"{first.reason} With auto, {adaptive.pool_advice(pool)}."
+        )
+    return found
+
+
 def recommend(
     stats: DestinationStats,
     consumers: list[ConsumerStats],
@@ -327,40 +402,44 @@ def recommend(
     interval_s: float,
     *,
     readers: list[ReaderStats] | None = None,
+    periods: Sequence[LoadSlice] = (),
 ) -> Recommendation:
     """Apply every rule to one destination's measurements; `readers` (its pipeline readers)
-    only explain, in the note, what drained it."""
-    current = stats.consumer_flow_limit if stats.consumer_flow_limit > 0 else -1
-    findings: list[Finding] = []
-    limit = current
-    unlimited = unlimited_window(stats, consumers)
-    if unlimited is not None:
-        findings.append(unlimited)
-        limit = unlimited.value
-    uneven = uneven_distribution(stats, consumers, spread, settings)
-    if uneven is not None:
-        findings.append(uneven)
-        limit = uneven.value if limit <= 0 else min(limit, uneven.value)
-    else:
-        small = batches_too_small(stats, consumers, spread)
-        if small is not None:
-            findings.append(small)
-            limit = max(limit, small.value) if limit > 0 else limit
-    below_pool = limit_below_pool(stats, consumers, limit, settings.pool_size)
-    if below_pool is not None:
-        findings.append(below_pool)
-        limit = max(limit, below_pool.value) if limit > 0 else limit
+    only explain, in the note, what drained it; `periods` is its load over the range, cut into
+    equal periods (traffic.SLICES)."""
+    current = _current_limit(stats)
     threshold_in_use = _usual_threshold(consumers)
     threshold = (
         threshold_in_use if threshold_in_use is not None else DEFAULT_CONSUMER_FLOW_THRESHOLD
     )
+    sized = adaptive.adaptive_windows(consumers)
+    findings: list[Finding] = []
+    limit, fixed_limit = current, None
+    if not adaptive.is_auto(stats):
+        findings, limit, proposed = _fixed_limit_rules(stats, consumers, spread, settings)
+        automatic = _auto_rules(
+            stats,
+            consumers,
+            proposed,
+            pool=settings.pool_size,
+            interval_s=interval_s,
+            threshold=threshold,
+            periods=periods,
+        )
+        if automatic:
+            findings.extend(automatic)
+            limit, fixed_limit = AUTO_FLOW_LIMIT, limit
     for rule in (
+        adaptive.pool_below_windows(stats, sized, settings.pool_size),
         threshold_near_100(stats, consumers),
         threshold_near_0(stats, consumers, interval_s),
+        deadlines.deadline_order(stats, adaptive.is_auto(stats)),
     ):
         if rule is not None:
             findings.append(rule)
-            threshold = rule.value
+            if rule.setting == THRESHOLD:
+                threshold = int(rule.value)
+    order = next((str(f.value) for f in findings if f.setting == DELIVERY_ORDER), None)
     return Recommendation(
         destination=stats.destination,
         destination_limit=current,
@@ -370,6 +449,12 @@ def recommend(
         threshold=threshold,
         findings=tuple(findings),
         note="" if findings else _kept(stats, consumers, spread, readers or []),
+        fixed_limit=fixed_limit,
+        adaptive=tuple(sized),
+        chosen=adaptive.describe_chosen(sized),
+        delivery_order=stats.delivery_order,
+        recommended_order=order or stats.delivery_order,
+        misses=deadlines.describe_misses(stats),
     )
 
 
@@ -425,6 +510,9 @@ def recommend_all(
     for reader in collected.readers:
         readers.setdefault(reader.destination, []).append(reader)
     spreads = {d.destination: d for d in collected.distributions}
+    periods: dict[str, list[LoadSlice]] = {}
+    for period in collected.slices:
+        periods.setdefault(period.destination, []).append(period)
     return [
         recommend(
             stats,
@@ -433,6 +521,7 @@ def recommend_all(
             RuleSettings(imbalance_ratio=imbalance_ratio, pool_size=pool_size(stats.destination)),
             collected.timeline.interval_s,
             readers=readers.get(stats.destination, []),
+            periods=periods.get(stats.destination, []),
         )
         for stats in collected.destinations
     ]

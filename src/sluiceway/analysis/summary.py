@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sluiceway.analysis.findings import limit_text
 from sluiceway.analysis.options import Options
 from sluiceway.analysis.results import (
     Collected,
@@ -68,7 +69,26 @@ def _destination(stats: DestinationStats) -> dict[str, Any]:
         "producer_episodes": stats.held_episodes,
         "stranded_s": round(stats.stranded_s, 3),
         "stranded_peak": stats.stranded_peak,
+        "delivery_order": stats.delivery_order or None,
+        "deadline_misses": _misses(stats),
     }
+
+
+def _misses(stats: DestinationStats) -> dict[str, Any] | None:
+    """None in history written before deadline misses were recorded."""
+    if stats.expired is None or stats.consumed_late is None:
+        return None
+    share = stats.miss_share
+    return {
+        "expired": stats.expired,
+        "consumed_late": stats.consumed_late,
+        "total": stats.expired + stats.consumed_late,
+        "share_of_received": None if share is None else round(share, 4),
+    }
+
+
+def _optional(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def _consumer(consumer: ConsumerStats) -> dict[str, Any]:
@@ -89,6 +109,23 @@ def _consumer(consumer: ConsumerStats) -> dict[str, Any]:
         "longest_pause_s": round(consumer.longest_pause_s, 3),
         "starved_s": round(consumer.starved_s, 3),
         "max_outstanding": consumer.max_outstanding,
+        "outstanding_p90": consumer.outstanding_p90,
+        "working_rate": _optional(consumer.working_rate),
+        "window_auto": consumer.window_auto,
+        **_window(consumer),
+    }
+
+
+def _window(consumer: ConsumerStats) -> dict[str, Any]:
+    """How the broker sized its window (the fields an older history lacks are null)."""
+    return {
+        "window_cap": consumer.window_cap,
+        "window_low": consumer.window_low,
+        "window_high": consumer.window_high,
+        "pace_ms": _optional(consumer.pace_ms),
+        "pace_low_ms": _optional(consumer.pace_low_ms),
+        "pace_high_ms": _optional(consumer.pace_high_ms),
+        "round_trip_ms": _optional(consumer.round_trip_ms),
     }
 
 
@@ -141,6 +178,13 @@ def _episode(episode: ProducerEpisode) -> dict[str, Any]:
 
 
 def _recommendation(recommendation: Recommendation) -> dict[str, Any]:
+    order = None
+    if recommendation.delivery_order:
+        order = {
+            "in_use": recommendation.delivery_order,
+            "recommended": recommendation.recommended_order,
+            "changed": recommendation.order_changed,
+        }
     return {
         "destination": recommendation.destination,
         "consumerFlowLimit": {
@@ -148,16 +192,25 @@ def _recommendation(recommendation: Recommendation) -> dict[str, Any]:
             "window_in_use": recommendation.window_in_use,
             "recommended": recommendation.limit,
             "changed": recommendation.limit_changed,
+            "text": limit_text(recommendation.limit),
+            "fixed_alternative": recommendation.fixed_limit,
         },
         "consumerFlowThreshold": {
             "in_use": recommendation.threshold_in_use,
             "recommended": recommendation.threshold,
             "changed": recommendation.threshold_changed,
         },
+        "deliveryOrder": order,
         "rules": [
             {"rule": f.rule, "setting": f.setting, "value": f.value, "reason": f.reason}
             for f in recommendation.findings
         ],
+        "adaptive_windows": [
+            {"consumer": c.label, "window_now": c.window_limit, **_window(c)}
+            for c in recommendation.adaptive
+        ],
+        "chosen_windows": recommendation.chosen or None,
+        "deadline_misses": recommendation.misses or None,
         "note": recommendation.note or None,
     }
 

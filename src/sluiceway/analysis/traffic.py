@@ -5,6 +5,10 @@ growth between two samples divided by the time between them, rather than from th
 5-second rates: every message is counted once whatever the sampling interval. A series is cut
 into at most MAX_POINTS time buckets so that a day of history still plots as a readable line and
 the driver receives a bounded number of rows.
+
+Deadline misses (messages expired before delivery, and acknowledged after their deadline) are
+counters too, added up the same way. The load is also cut into SLICES equal periods, for the
+rule that sees whether the window the load calls for changed over the range.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pyspark.sql import functions as F
 from sluiceway.analysis.frames import Prepared, increments, seconds_since_previous
 from sluiceway.analysis.results import (
     DestinationStats,
+    LoadSlice,
     RowLike,
     SeriesPoint,
     float_of,
@@ -27,14 +32,21 @@ from sluiceway.analysis.results import (
 )
 
 MAX_POINTS: Final = 360  # time buckets per plotted destination
+# Equal periods the range is cut into to see whether the load, and the window it calls for,
+# changed over it (rules: shifting-load).
+SLICES: Final = 6
 KEY: Final = ["run", "destination"]
 
 
 def per_sample(prepared: Prepared) -> DataFrame:
-    """Destination rows with `in_inc`/`out_inc` (messages since the previous sample) and `dt`."""
+    """Destination rows with `in_inc`/`out_inc` (messages since the previous sample), `dt`, and
+    the deadline misses since the previous sample, `expired_inc`/`late_inc` (null in history
+    written before they were recorded)."""
     return (
         prepared.destinations.withColumn("in_inc", increments(KEY, "msgs_in"))
         .withColumn("out_inc", increments(KEY, "msgs_out"))
+        .withColumn("expired_inc", increments(KEY, "expired"))
+        .withColumn("late_inc", increments(KEY, "consumed_late"))
         .withColumn("dt", seconds_since_previous(KEY))
     )
 
@@ -71,6 +83,12 @@ def stats(samples: DataFrame, extras: list[DataFrame]) -> DataFrame:
         F.max_by("consumer_flow_limit", "ts").alias("consumer_flow_limit"),
         F.coalesce(F.max_by("dispatch_policy", "ts"), F.lit("")).alias("dispatch_policy"),
         F.coalesce(F.max_by("limit_behavior", "ts"), F.lit("")).alias("limit_behavior"),
+        F.coalesce(F.max_by("delivery_order", "ts"), F.lit("")).alias("delivery_order"),
+        F.sum("expired_inc").alias("expired"),
+        F.sum("late_inc").alias("consumed_late"),
+        # Samples that recorded the deadline counters: none in older history, where the sums
+        # above are unknown rather than 0 (fillna below makes them 0).
+        F.count("expired").alias("miss_samples"),
     )
     for extra in extras:
         table = table.join(extra, "destination", "left")
@@ -78,6 +96,7 @@ def stats(samples: DataFrame, extras: list[DataFrame]) -> DataFrame:
 
 
 def to_stats(row: RowLike) -> DestinationStats:
+    recorded = int_of(row, "miss_samples") > 0
     return DestinationStats(
         destination=str_of(row, "destination"),
         type=str_of(row, "type"),
@@ -101,6 +120,9 @@ def to_stats(row: RowLike) -> DestinationStats:
         held_s=float_of(row, "held_s"),
         held_episodes=int_of(row, "held_episodes"),
         max_readers=int_of(row, "max_readers"),
+        delivery_order=str_of(row, "delivery_order"),
+        expired=int_of(row, "expired") if recorded else None,
+        consumed_late=int_of(row, "consumed_late") if recorded else None,
     )
 
 
@@ -137,4 +159,51 @@ def to_point(row: RowLike) -> SeriesPoint:
         msgs=float_of(row, "msgs"),
         pending=float_of(row, "pending"),
         unacked=float_of(row, "unacked"),
+    )
+
+
+def slices(
+    samples: DataFrame,
+    consumer_samples: DataFrame,
+    destinations: list[str],
+    first_ms: int,
+    last_ms: int,
+) -> DataFrame:
+    """The load of `destinations` over SLICES equal periods of the range: messages held (median
+    over the samples where any were), active consumers (median), messages out per second."""
+    width = max(1, math.ceil((last_ms - first_ms + 1) / SLICES))
+    active = (
+        consumer_samples.where(~F.coalesce(F.col("backup"), F.lit(False)))
+        .groupBy("destination", "ts")
+        .agg(F.count("*").alias("active"))
+    )
+    seconds = F.sum("dt")
+    return (
+        samples.where(F.col("destination").isin(destinations))
+        .join(active, ["destination", "ts"], "left")
+        .withColumn("slice", F.floor((F.col("ts") - first_ms) / width))
+        .groupBy("destination", "slice")
+        .agg(
+            F.min("ts").alias("start_ms"),
+            F.max("ts").alias("end_ms"),
+            F.count("*").alias("samples"),
+            F.percentile_approx(F.when(F.col("msgs") > 0, F.col("msgs")), 0.5).alias("median_held"),
+            F.percentile_approx(F.when(F.col("active") > 0, F.col("active")), 0.5).alias(
+                "consumers"
+            ),
+            _ratio(F.sum(_rated("out_inc")), seconds).alias("out_rate"),
+        )
+        .orderBy("destination", "slice")
+    )
+
+
+def to_slice(row: RowLike) -> LoadSlice:
+    return LoadSlice(
+        destination=str_of(row, "destination"),
+        start_ms=int_of(row, "start_ms"),
+        end_ms=int_of(row, "end_ms"),
+        samples=int_of(row, "samples"),
+        median_held=opt_float_of(row, "median_held"),
+        consumers=opt_float_of(row, "consumers"),
+        out_rate=opt_float_of(row, "out_rate"),
     )
