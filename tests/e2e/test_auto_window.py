@@ -96,6 +96,7 @@ def test_pool_size_is_a_floor(raw: ClientFactory, broker: BrokerThread) -> None:
         "/queue/pooled", consumer_flow_limit="auto", consumer_pool_size="12", ack="client"
     )
     assert receipt.headers["consumer-flow-auto"] == "true"
+    assert snapshot(broker, "s1").pool_size == 12
     assert snapshot(broker, "s1").window_limit == 16  # the initial window, above the pool
     for message in consumer.receive(16):
         time.sleep(0.02)  # slow enough that its pace alone would ask for about 4

@@ -174,6 +174,7 @@ class HistoryWriter:
                     "window_max": consumer.window_max,
                     "pace_ms": consumer.pace_ms,
                     "round_trip_ms": consumer.round_trip_ms,
+                    "pool_size": consumer.pool_size,
                     "outstanding": consumer.outstanding,
                     "unacked": consumer.unacked,
                     "delivered": consumer.delivered,

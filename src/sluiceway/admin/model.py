@@ -121,6 +121,7 @@ class ConsumerSnapshot:
     window_max: int  # adaptive: the most it grows to; else window_limit
     pace_ms: float | None  # measured time per message (adaptive windows, fair dispatch)
     round_trip_ms: float | None  # adaptive: measured delivery-to-acknowledgement round trip
+    pool_size: int  # handlers it declared (consumer-pool-size); 0: none
     outstanding: int  # given to it and not consumed
     staged: int  # given and not yet written
     unacked: int
@@ -300,6 +301,7 @@ def consumer_snapshot(subscription: Subscription, now: float) -> ConsumerSnapsho
         round_trip_ms=None
         if auto is None or auto.round_trip is None
         else round(auto.round_trip * 1000, 3),
+        pool_size=subscription.flow.pool,
         outstanding=window.outstanding,
         staged=len(subscription.staged),
         unacked=len(subscription.unacked),
