@@ -62,6 +62,7 @@ class Figure:
     label: str
     key: str  # a key of the bench JSON, or one derived in `figure_value`
     higher_is_better: bool = True
+    count: bool = False  # a number of messages: shown without decimals
 
 
 @dataclass(frozen=True)
@@ -72,15 +73,36 @@ class Scenario:
     figures: tuple[Figure, ...]
     properties: tuple[str, ...] = ()  # broker properties for Sluiceway's run (-D NAME=VALUE)
     brokers: tuple[str, ...] = ("sluiceway", *PEERS)
-    target: str = ""
+    target: str = ""  # shown beside the first figure, unless `targets` names that one
     peers_from: str = ""  # for a Sluiceway-only variant: the scenario whose peers it is held to
+    targets: tuple[tuple[str, str], ...] = ()  # (figure key, target): shown beside that figure
+
+    def target_of(self, figure: Figure) -> str:
+        named = dict(self.targets)
+        if figure.key in named:
+            return named[figure.key]
+        return self.target if figure is self.figures[0] else ""
 
 
 RECEIVED = Figure("received/s", "received_per_second")
 SENT = Figure("sent/s", "sent_per_second")
 FINISH = Figure("finished after (s)", "finish_seconds", higher_is_better=False)
 IDLE = Figure("most idle consumer (s)", "max_idle_seconds", higher_is_better=False)
+# Idle while another consumer held messages it had not started: what better dispatch avoids.
+IDLE_WHILE_HELD = Figure(
+    "most idle while another held unstarted messages (s)",
+    "max_idle_while_held",
+    higher_is_better=False,
+)
+# Messages a consumer held at once, received and not acknowledged: the client's memory.
+HELD = Figure(
+    "most held unacknowledged by one consumer", "max_held", higher_is_better=False, count=True
+)
 QUEUE_ACKS = ("--ack", "client-individual", "--prefetch", "1000")
+# The issue's targets for adaptive windows (consumerFlowLimit=auto), on the rows they apply to.
+AUTO_FINISH = "finish <= fairness-fair (fair, prefetch 1000)"
+AUTO_IDLE = "<= 0.3 s"
+AUTO_HELD = ">= 5x fewer than fairness (prefetch 1000)"
 # By default Sluiceway, as Open MQ, holds at most 100,000 messages in an auto-created queue and
 # throttles producers once it holds 100,000 messages in all and a destination has 1,000 waiting
 # (the JMS IQ throttling). The backlog scenario asks for a million with no consumer, so both are
@@ -104,15 +126,23 @@ def large(label: str, size: int, messages: int) -> Scenario:
     )  # fmt: skip
 
 
-def fairness(key: str, title: str, prefetch: int, **options: Any) -> Scenario:
-    """4 consumers taking 5, 1, 1 and 1 ms per message: when is the work done, who idled."""
+def fairness(key: str, title: str, prefetch: int | str, **options: Any) -> Scenario:
+    """4 consumers taking 5, 1, 1 and 1 ms per message: when is the work done, who idled, and
+    how many messages a consumer held."""
     return Scenario(
         key,
         f"4 consumers sleeping 5, 1, 1, 1 ms per message, {title}",
         ("fairness", "--delays", "5,1,1,1", "--messages", "8000", "--prefetch", str(prefetch)),
-        (FINISH, IDLE, RECEIVED),
+        (FINISH, IDLE, IDLE_WHILE_HELD, HELD, RECEIVED),
         **options,
     )
+
+
+AUTO_FAIRNESS_TARGETS = (
+    (FINISH.key, AUTO_FINISH),
+    (IDLE_WHILE_HELD.key, AUTO_IDLE),
+    (HELD.key, AUTO_HELD),
+)
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -122,6 +152,15 @@ SCENARIOS: tuple[Scenario, ...] = (
         ("queue", "--messages", "100000", *QUEUE_ACKS),
         (RECEIVED,),
         target="2x best peer",
+    ),
+    Scenario(
+        "queue-auto",
+        "same, adaptive window (--prefetch auto: consumer-flow-limit:auto)",
+        ("queue", "--messages", "100000", "--ack", "client-individual", "--prefetch", "auto"),
+        (RECEIVED,),
+        brokers=("sluiceway",),
+        peers_from="queue",
+        target=">= 0.95x queue (prefetch 1000)",
     ),
     Scenario(
         "latency",
@@ -210,6 +249,23 @@ SCENARIOS: tuple[Scenario, ...] = (
         brokers=("sluiceway",),
         peers_from="fairness",
         target="finish <= prefetch 1",
+    ),
+    fairness(
+        "fairness-auto",
+        "adaptive windows (--prefetch auto), default dispatch",
+        "auto",
+        brokers=("sluiceway",),
+        peers_from="fairness",
+        targets=AUTO_FAIRNESS_TARGETS,
+    ),
+    fairness(
+        "fairness-auto-fair",
+        "adaptive windows (--prefetch auto), Sluiceway's `fair` dispatch",
+        "auto",
+        properties=("imq.autocreate.queue.dispatchPolicy=fair",),
+        brokers=("sluiceway",),
+        peers_from="fairness",
+        targets=AUTO_FAIRNESS_TARGETS,
     ),
     fairness("fairness-1", "prefetch 1, default dispatch", 1),
 )
@@ -328,7 +384,8 @@ def bench(scenario: Scenario, broker: Broker, pid: int, scale: float) -> dict[st
         return result
 
 
-def figure_value(result: dict[str, Any], key: str) -> float:
+def figure_value(result: dict[str, Any], key: str) -> float | None:
+    """A figure of a bench result; None when the result does not have it."""
     if key.startswith("latency_"):
         return float(result["latency_ms"][key.removeprefix("latency_")])
     if key == "rss_mb":
@@ -338,7 +395,10 @@ def figure_value(result: dict[str, Any], key: str) -> float:
         return result["received"] / rate if rate else float("inf")
     if key == "max_idle_seconds":
         return max((c["idle_seconds"] for c in result["consumers"]), default=0.0)
-    return float(result[key])
+    if key == "max_idle_while_held":
+        key = "max_idle_while_others_held"  # null without --delays
+    value = result.get(key)
+    return None if value is None else float(value)
 
 
 def measure(scenario: Scenario, name: str, run: int, scale: float) -> Measurement:
@@ -351,7 +411,9 @@ def measure(scenario: Scenario, name: str, run: int, scale: float) -> Measuremen
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         found.error = str(exc)
         return found
-    found.figures = {f.key: figure_value(result, f.key) for f in scenario.figures}
+    found.figures = {
+        f.key: value for f in scenario.figures if (value := figure_value(result, f.key)) is not None
+    }
     found.saturated = busy_processes(result)
     if result["missing"] or result["duplicated"] or result["errors"]:
         found.error = "; ".join(result["errors"]) or (
@@ -382,7 +444,10 @@ def peer_ratio(m: Measurement, others: list[Measurement], figure: Figure) -> flo
     if not peers:
         return None
     best = max(peers) if figure.higher_is_better else min(peers)
-    return ratio(m.figures[figure.key], best, figure.higher_is_better)
+    value = m.figures[figure.key]
+    if value <= 0 or best <= 0:
+        return None  # no ratio to or from nothing (a consumer that never idled, say)
+    return ratio(value, best, figure.higher_is_better)
 
 
 def summarise(scenario: Scenario, measurements: list[Measurement]) -> list[str]:
@@ -393,27 +458,36 @@ def summarise(scenario: Scenario, measurements: list[Measurement]) -> list[str]:
     for figure in scenario.figures:
         cells = []
         for name in COLUMNS:
-            runs = [m for m in mine if m.broker == name]
+            ran = [m for m in mine if m.broker == name]
+            runs = [m for m in ran if figure.key in m.figures]
             if not runs:
-                cells.append("n/a" if name not in scenario.brokers else "failed")
+                # Runs saved before this figure existed did not measure it.
+                gone = "not measured" if ran else "failed"
+                cells.append("n/a" if name not in scenario.brokers else gone)
                 continue
             values = [m.figures[figure.key] for m in runs]
             ratios = [r for m in runs if (r := peer_ratio(m, mine + peers, figure)) is not None]
             median = statistics.median(values)
-            shown = number(median)
+            shown = number(median, whole=figure.count)
             shown += "*" if any(m.saturated for m in runs) else ""
             shown += f" ({statistics.median(ratios):.2f}x)" if ratios else ""
             if len(values) > 1:
-                shown += f" [{number(min(values), median)}-{number(max(values), median)}]"
+                low, high = (
+                    number(v, median, whole=figure.count) for v in (min(values), max(values))
+                )
+                shown += f" [{low}-{high}]"
             cells.append(shown)
-        target = scenario.target if figure is scenario.figures[0] else ""
+        target = scenario.target_of(figure)
         rows.append(f"| {scenario.title}: {figure.label} | {' | '.join(cells)} | {target} |")
     return rows
 
 
-def number(value: float, like: float | None = None) -> str:
-    """`value` with no decimals from 100 up, else two; as `like` would be shown, if given."""
-    return f"{value:,.0f}" if (value if like is None else like) >= 100 else f"{value:.2f}"
+def number(value: float, like: float | None = None, *, whole: bool = False) -> str:
+    """`value` with no decimals from 100 up (or when `whole`), else two; as `like` would be
+    shown, if given."""
+    if whole or (value if like is None else like) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}"
 
 
 def table(measurements: list[Measurement], runs: int) -> str:
@@ -422,7 +496,12 @@ def table(measurements: list[Measurement], runs: int) -> str:
         f"Medians of {runs} interleaved runs; in round brackets, the ratio to the best peer in "
         "the same run (higher is better for every ratio); in square brackets, the lowest and "
         "highest of the runs. The relay is no broker: it carries the same frames from the "
-        "producer to the consumer and keeps nothing (relay.py), the ceiling for large bodies.",
+        "producer to the consumer and keeps nothing (relay.py), the ceiling for large bodies. "
+        "In the fairness rows, a consumer reads what the broker sends into a local queue and "
+        "works it off one message at a time; the figure held is the most messages one consumer "
+        "held at once, received and not yet acknowledged (its client's memory), and idle while "
+        "another held unstarted messages is the longest any consumer waited with nothing to do "
+        "while another had messages in its local queue.",
         "",
         "| scenario: figure | Sluiceway | RabbitMQ 3.10 | ActiveMQ 5.17 | relay (ceiling) "
         "| target |",
@@ -499,7 +578,10 @@ def main() -> None:
             measurements, saved["runs"], saved["scale"], args.results, readme=not args.no_readme
         )
         return
-    chosen = [s for s in SCENARIOS if s.key in args.scenarios.split(",")]
+    chosen = chosen_scenarios(args.scenarios)
+    unknown = sorted(set(args.brokers.split(",")) - set(COLUMNS))
+    if unknown:
+        sys.exit(f"compare.py: --brokers: no broker {', '.join(unknown)}; one of {COLUMNS}")
     measurements = []
     if args.merge:
         keys = {s.key for s in chosen}
@@ -511,6 +593,18 @@ def main() -> None:
         ]
     measurements += run_all(chosen, args.brokers.split(","), args.runs, args.scale)
     publish(measurements, args.runs, args.scale, args.results, readme=not args.no_readme)
+
+
+def chosen_scenarios(names: str) -> list[Scenario]:
+    """The scenarios named (comma-separated), in the table's order; exits on an unknown name."""
+    wanted = {name.strip() for name in names.split(",") if name.strip()}
+    unknown = sorted(wanted - {s.key for s in SCENARIOS})
+    if unknown:
+        sys.exit(
+            f"compare.py: --scenarios: no scenario {', '.join(unknown)}; the scenarios are "
+            + ", ".join(s.key for s in SCENARIOS)
+        )
+    return [s for s in SCENARIOS if s.key in wanted]
 
 
 def run_all(

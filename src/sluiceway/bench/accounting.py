@@ -8,15 +8,23 @@
   counters. Percentiles are read from the buckets; the maximum is kept exactly.
 - `Series`: per-second counts and latency sums, for the plot; at most `MAX_SECONDS` seconds,
   later ones are added to the last.
+- `Spells`: spans of time (a consumer's idle spells, or those in which it held messages it had
+  not started), at most `MAX_SPELLS` of them; `overlap` measures how much of one consumer's
+  spells fell inside the others'.
 """
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 SUB_BUCKETS = 32  # buckets per power of two: the relative error of a percentile is below 1/32
 MAX_MICROSECONDS = 1 << 36  # 19 hours: latencies beyond are counted in the last bucket
 MAX_SECONDS = 3600  # per-second points kept for the plot
+# Spells kept per kind and consumer: at most one per message (a consumer waits or holds at most
+# once per message it gets), so runs of 100,000 messages or fewer keep every one; 1.6 MB a kind.
+MAX_SPELLS = 100_000
 
 
 class SequenceBitmap:
@@ -135,3 +143,62 @@ class Series:
                 self.received[second] += count - 1
                 self.latency_sum[second] += other.latency_sum[second]
                 self.latency_max[second] = max(self.latency_max[second], other.latency_max[second])
+
+
+@dataclass
+class Spells:
+    """Spans of monotonic time (nanoseconds), added in order and not overlapping one another.
+
+    Past MAX_SPELLS, a new spell is merged into the last one, which then also covers the gap
+    between them: memory stays bounded, and a total read from the spells can only err high."""
+
+    starts: array[int] = field(default_factory=lambda: array("q"))
+    ends: array[int] = field(default_factory=lambda: array("q"))
+
+    def add(self, start: int, end: int) -> None:
+        if end <= start:
+            return
+        if len(self.starts) >= MAX_SPELLS:
+            self.ends[-1] = end
+            return
+        self.starts.append(start)
+        self.ends.append(end)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def pairs(self) -> Iterator[tuple[int, int]]:
+        return zip(self.starts, self.ends, strict=True)
+
+    def total(self, start: int, end: int) -> int:
+        """Nanoseconds covered between `start` and `end`."""
+        return sum(max(0, min(e, end) - max(s, start)) for s, e in self.pairs())
+
+
+def union(spells: Iterable[Spells]) -> list[tuple[int, int]]:
+    """The spans covered by any of `spells`, sorted and merged."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(pair for one in spells for pair in one.pairs()):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def overlap(spells: Spells, others: Iterable[Spells], start: int, end: int) -> int:
+    """Nanoseconds between `start` and `end` in which `spells` and any of `others` both ran."""
+    covered = union(others)
+    total, first = 0, 0
+    for spell_start, spell_end in spells.pairs():
+        s, e = max(spell_start, start), min(spell_end, end)
+        if e <= s:
+            continue
+        while first < len(covered) and covered[first][1] <= s:
+            first += 1  # spells are in order: what ended before this one ends before the next
+        index = first
+        while index < len(covered) and covered[index][0] < e:
+            total += min(e, covered[index][1]) - max(s, covered[index][0])
+            index += 1
+    return total

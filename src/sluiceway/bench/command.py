@@ -2,6 +2,7 @@
 
     sluiceway bench queue --messages 100000 --producers 2 --consumers 2
     sluiceway bench fairness --delays 5,1,1,1 --ack client-individual --prefetch 1
+    sluiceway bench fairness --delays 5,1,1,1 --prefetch auto
 
 Exit status: 0 every message arrived once; 1 a message was lost or duplicated, or the broker
 sent an ERROR; 2 usage error; 3 cannot connect (or the broker refused the login).
@@ -19,7 +20,7 @@ from sluiceway.bench.cpu import BUSY_SHARE, listening_pid
 from sluiceway.bench.report import Report, build_report, render_table, write_json, write_plot
 from sluiceway.bench.runner import Run, Scenario, Settings, StartError, probe
 from sluiceway.bench.stream import Refused
-from sluiceway.bench.workers import Target
+from sluiceway.bench.workers import AUTO_PREFETCH_CAP, PREFETCH_AUTO, Target
 
 EXIT_OK: Final = 0
 EXIT_LOST: Final = 1
@@ -51,14 +52,21 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--consumers", type=int, default=1, help="consumers, or subscribers (topic)")
     p.add_argument("--persistent", action="store_true", help="send persistent:true")
     p.add_argument("--ack", choices=ACK_MODES, help="default auto; client-individual (fairness)")
-    p.add_argument("--prefetch", type=int, default=0, help="per subscription, 0: the broker's")
+    p.add_argument(
+        "--prefetch",
+        default="0",
+        metavar="N|auto",
+        help="unacknowledged messages per subscription (0: the broker's default); auto: "
+        "consumer-flow-limit:auto, a window the broker sizes from each consumer's pace "
+        "(Sluiceway; up to 1000)",
+    )
     p.add_argument(
         "--ack-every",
         type=int,
         default=0,
         metavar="N",
         help="--ack client: one cumulative ACK every N messages (default 0: half the prefetch, "
-        "or every message without one)",
+        "or every message without one or with auto)",
     )
     p.add_argument("--receipts", action="store_true", help="ask a receipt for every send")
     p.add_argument("--window", type=int, default=500, help="unanswered sends with --receipts")
@@ -98,16 +106,19 @@ def settings_from(args: argparse.Namespace) -> Settings:
     for name in ("messages", "producers", "consumers", "window", "size"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be at least 1")
-    if args.prefetch < 0 or args.rate < 0 or args.timeout <= 0:
-        raise ValueError("--prefetch and --rate cannot be negative; --timeout must be positive")
+    prefetch = _prefetch(str(args.prefetch))
+    if args.rate < 0 or args.timeout <= 0:
+        raise ValueError("--rate cannot be negative; --timeout must be positive")
     if args.ack_every < 0 or (args.ack_every and args.ack != "client"):
         raise ValueError(
             "--ack-every N is for --ack client (cumulative acknowledgements), N 1 or more"
         )
-    if args.prefetch and args.ack_every > args.prefetch:
+    most = AUTO_PREFETCH_CAP if prefetch == PREFETCH_AUTO else prefetch
+    if most and args.ack_every > most:
+        shown = f"auto's cap of {most}" if prefetch == PREFETCH_AUTO else f"--prefetch {most}"
         raise ValueError(
-            f"--ack-every {args.ack_every} is more than --prefetch {args.prefetch}: the broker "
-            "stops delivering at the prefetch, so the ACK would never come; lower --ack-every"
+            f"--ack-every {args.ack_every} is more than {shown}: the broker stops delivering "
+            "at the prefetch, so the ACK would never come; lower --ack-every"
         )
     if args.broker_pid and not os.path.exists(f"/proc/{args.broker_pid}"):
         raise ValueError(f"--broker-pid {args.broker_pid}: no such process")
@@ -124,7 +135,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         consumers=consumers,
         persistent=args.persistent,
         ack=args.ack or default_ack,
-        prefetch=args.prefetch,
+        prefetch=prefetch,
         ack_every=args.ack_every,
         receipts=args.receipts,
         window=args.window,
@@ -145,6 +156,21 @@ def _broker_pid(args: argparse.Namespace) -> int:
         return 0
     pid = listening_pid(args.port)
     return pid if pid != os.getpid() else 0
+
+
+def _prefetch(text: str) -> int:
+    """--prefetch: a count of messages, 0 for the broker's default, or auto (PREFETCH_AUTO)."""
+    if text.strip().lower() == "auto":
+        return PREFETCH_AUTO
+    try:
+        prefetch = int(text)
+    except ValueError:
+        raise ValueError(
+            f"--prefetch {text!r}: give a number of messages (0: the broker's default) or auto"
+        ) from None
+    if prefetch < 0:
+        raise ValueError("--prefetch cannot be negative (0: the broker's default; or auto)")
+    return prefetch
 
 
 def _delays(text: str) -> tuple[float, ...]:

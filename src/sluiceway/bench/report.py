@@ -4,7 +4,8 @@ Rates are over the span in which the work happened: sent/s from the first produc
 to the last producer's DISCONNECT receipt (the broker has every message then); received/s from
 the moment the producers were let go (in `backlog`, from the moment the consumers started) to
 the last message received. MB/s counts message bodies, in millions of bytes per second.
-CPU shares (of one core) are described in `sluiceway.bench.cpu`.
+CPU shares (of one core) are described in `sluiceway.bench.cpu`; what a consumer holds and
+when it is idle, in `sluiceway.bench.occupancy`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sluiceway.bench.accounting import LatencyHistogram, SequenceBitmap, Series
+from sluiceway.bench.accounting import LatencyHistogram, SequenceBitmap, Series, overlap
 from sluiceway.bench.cpu import ProcessCpu, saturated, share, warning
 from sluiceway.bench.runner import Outcome, Scenario
 
@@ -27,6 +28,11 @@ class ConsumerFigures:
     share: float  # of all messages received
     idle_seconds: float
     delay_ms: float
+    held_peak: int  # the most messages it held at once: received, not yet acknowledged
+    # Seconds it was idle while another consumer held messages it had not started (with
+    # --delays; None otherwise).
+    idle_while_others_held: float | None
+    window_auto: bool  # the broker said it sizes this consumer's window (--prefetch auto)
 
 
 @dataclass
@@ -42,6 +48,8 @@ class Report:
     consumers: list[ConsumerFigures]
     max_share: float
     min_share: float
+    max_held: int  # the most messages one consumer held at once (received, not acknowledged)
+    max_idle_while_others_held: float | None  # seconds, the most of any consumer (--delays)
     missing: int
     duplicated: int
     out_of_order: int
@@ -91,6 +99,21 @@ def build_report(outcome: Outcome) -> Report:
     busy = saturated(processes, s.busy_share)
     errors = [f"producer {p.producer_id}: {p.error}" for p in producers if p.error]
     errors += [f"consumer {c.consumer_id}: {c.error}" for c in consumers if c.error]
+    waits = _idle_while_others_held(outcome)
+    figures = [
+        ConsumerFigures(
+            c.consumer_id,
+            c.received,
+            c.received / received if received else 0.0,
+            round(c.idle_seconds, 3),
+            s.delays_ms[c.consumer_id] if c.consumer_id < len(s.delays_ms) else 0.0,
+            c.held_peak,
+            waits.get(c.consumer_id),
+            c.window_auto,
+        )
+        for c in ordered
+    ]
+    overlaps = [f.idle_while_others_held for f in figures if f.idle_while_others_held is not None]
     return Report(
         scenario=s.scenario.value,
         sent=sent,
@@ -104,18 +127,11 @@ def build_report(outcome: Outcome) -> Report:
             "p99": histogram.percentile(99) / 1000,
             "max": histogram.maximum / 1000,
         },
-        consumers=[
-            ConsumerFigures(
-                c.consumer_id,
-                c.received,
-                c.received / received if received else 0.0,
-                round(c.idle_seconds, 3),
-                s.delays_ms[c.consumer_id] if c.consumer_id < len(s.delays_ms) else 0.0,
-            )
-            for c in ordered
-        ],
+        consumers=figures,
         max_share=max(shares, default=0.0),
         min_share=min(shares, default=0.0),
+        max_held=max((c.held_peak for c in consumers), default=0),
+        max_idle_while_others_held=max(overlaps, default=None),
         missing=missing,
         duplicated=duplicated,
         out_of_order=sum(c.out_of_order for c in consumers),
@@ -144,6 +160,25 @@ def build_report(outcome: Outcome) -> Report:
             "latency_max_ms": [m / 1000 for m in series.latency_max],
         },
     )
+
+
+def _idle_while_others_held(outcome: Outcome) -> dict[int, float]:
+    """Per consumer that kept its spells: the seconds, from the producers' start to the run's
+    end, in which it was idle while another consumer held messages it had not started."""
+    kept = {
+        c.consumer_id: (c.idle_spells, c.waiting_spells)
+        for c in outcome.consumers
+        if c.idle_spells is not None and c.waiting_spells is not None
+    }
+    start, end = outcome.start_ns, outcome.end_ns
+    return {
+        consumer: round(
+            overlap(idle, (w for other, (_, w) in kept.items() if other != consumer), start, end)
+            / 1e9,
+            3,
+        )
+        for consumer, (idle, _) in kept.items()
+    }
 
 
 def _processes(outcome: Outcome) -> list[ProcessCpu]:
@@ -232,12 +267,19 @@ def render_table(report: Report) -> str:
         lines.append(f"broker RSS    {report.broker_peak_rss_bytes / 2**20:.1f} MiB at peak")
     if report.unexpected:
         lines.append(f"unexpected    {report.unexpected:,} bodies not from this run")
-    lines.append(f"consumers     max share {report.max_share:.1%}, min {report.min_share:.1%}")
+    lines.append(
+        f"consumers     max share {report.max_share:.1%}, min {report.min_share:.1%}; "
+        f"held at most {report.max_held:,} messages unacknowledged"
+    )
     for c in report.consumers:
         delay = f", {c.delay_ms:g} ms each" if c.delay_ms else ""
+        delay += ", adaptive window" if c.window_auto else ""
+        while_held = ""
+        if c.idle_while_others_held is not None:
+            while_held = f" ({c.idle_while_others_held:.2f} s while another held unstarted ones)"
         lines.append(
             f"  #{c.consumer}  {c.received:>10,}  {c.share:6.1%}  "
-            f"idle {c.idle_seconds:.2f} s{delay}"
+            f"idle {c.idle_seconds:.2f} s{while_held}, held {c.held_peak:,}{delay}"
         )
     return "\n".join(lines) + "\n"
 

@@ -56,7 +56,7 @@ class Settings:
     consumers: int = 1
     persistent: bool = False
     ack: str = "auto"
-    prefetch: int = 0
+    prefetch: int = 0  # 0: the broker's default; PREFETCH_AUTO: an adaptive window
     ack_every: int = 0  # ack:client: a cumulative ACK every this many messages; 0: half prefetch
     receipts: bool = False
     window: int = 500
@@ -156,9 +156,10 @@ class Run:
         s = self.settings
         for index in range(s.consumers):
             delay = s.delays_ms[index] if index < len(s.delays_ms) else 0.0
+            # With delays (fairness), the spells say who idled while another held messages.
             spec = ConsumerSpec(
                 s.target, index, s.destination, s.counts(), s.ack, s.prefetch, delay,
-                self.outcome.origin_ns, s.ack_every,
+                self.outcome.origin_ns, s.ack_every, spells=bool(s.delays_ms),
             )  # fmt: skip
             self._spawn(consumer_main, spec, self.shared)
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import deque
 from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 
-from sluiceway.bench.accounting import LatencyHistogram, SequenceBitmap, Series
+from sluiceway.bench.accounting import LatencyHistogram, SequenceBitmap, Series, Spells
 from sluiceway.bench.cpu import BusyWindow
+from sluiceway.bench.occupancy import Occupancy
 from sluiceway.bench.stream import Refused, StompStream
 from sluiceway.collector import tune_collector
 from sluiceway.errors import RemoteProtocolError
@@ -30,6 +32,11 @@ from sluiceway.protocol.frames import Frame
 # Prefetch (how many unacknowledged messages the broker may send one subscription), under each
 # broker's spelling: ActiveMQ Classic, RabbitMQ, Sluiceway (Open MQ's imqConsumerFlowLimit).
 PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count", "consumer-flow-limit")
+# --prefetch auto: an adaptive window, `consumer-flow-limit:auto` (Sluiceway sizes each consumer's
+# window from its pace and round trip, up to AUTO_PREFETCH_CAP messages). The other spellings
+# take numbers only, so they are not sent: other brokers then use their default prefetch.
+PREFETCH_AUTO = -1
+AUTO_PREFETCH_CAP = 1000  # the most an adaptive window grows to when nothing else caps it
 POLL_SECONDS = 0.1  # how often a waiting consumer or producer looks at the stop event
 STOP_GRACE_SECONDS = 1.0  # at most this long reading on after the stop event
 PUBLISH_EVERY = 64  # messages between updates of the shared counters (they cost a lock-free write)
@@ -69,10 +76,11 @@ class ConsumerSpec:
     destination: str
     counts: tuple[int, ...]  # messages each producer sends: the size of its sequence bitmap
     ack: str
-    prefetch: int  # 0: the broker's default
+    prefetch: int  # 0: the broker's default; PREFETCH_AUTO: an adaptive window
     delay_ms: float  # simulated processing time per message
     start_ns: int  # the run's origin, for the per-second series
     ack_every: int = 0  # ack:client: messages per cumulative ACK; 0: half the prefetch
+    spells: bool = False  # keep the idle spells and those with messages waiting (fairness)
 
 
 @dataclass
@@ -118,6 +126,10 @@ class ConsumerResult:
     first_ns: int = 0
     last_ns: int = 0
     idle_seconds: float = 0.0
+    held_peak: int = 0  # the most messages held at once: received, not acknowledged (occupancy)
+    window_auto: bool = False  # the broker sizes this consumer's window (its RECEIPT said so)
+    idle_spells: Spells | None = None  # with ConsumerSpec.spells
+    waiting_spells: Spells | None = None  # spells with received messages not yet started
     cpu_seconds: float = 0.0
     busy: BusyWindow = field(default_factory=BusyWindow)  # from the first message to the last
     pid: int = field(default_factory=os.getpid)
@@ -329,30 +341,48 @@ class Tally:
         result.series.record((now - self.start_ns) // 1_000_000_000, micros)
 
 
+def subscribe_headers(spec: ConsumerSpec) -> dict[str, str]:
+    """The SUBSCRIBE's headers: the prefetch under every broker's spelling, or auto under
+    Sluiceway's alone."""
+    headers = {"destination": spec.destination, "id": "bench", "ack": spec.ack, "receipt": "sub"}
+    if spec.prefetch == PREFETCH_AUTO:
+        headers["consumer-flow-limit"] = "auto"
+    elif spec.prefetch:
+        headers.update(dict.fromkeys(PREFETCH_HEADERS, str(spec.prefetch)))
+    return headers
+
+
 async def _consume(spec: ConsumerSpec, shared: Shared, tally: Tally) -> None:
     stream = await spec.target.connect()
-    subscribe = {"destination": spec.destination, "id": "bench", "ack": spec.ack, "receipt": "sub"}
-    if spec.prefetch:
-        subscribe.update(dict.fromkeys(PREFETCH_HEADERS, str(spec.prefetch)))
-    stream.send(Frame("SUBSCRIBE", subscribe))
+    stream.send(Frame("SUBSCRIBE", subscribe_headers(spec)))
     frame = await stream.next_frame()
     if frame.command != "RECEIPT":
         raise RuntimeError(f"SUBSCRIBE refused: {frame.headers.get('message', frame.command)}")
+    # Sluiceway says on the RECEIPT when it sizes the window (consumerFlowLimit=auto).
+    tally.result.window_auto = frame.headers.get("consumer-flow-auto") == "true"
     shared.ready[spec.consumer_id] = 1
     loop = ConsumerLoop(spec, shared, stream, tally)
     try:
         await loop.run()
     finally:
         loop.stop()
-    tally.result.idle_seconds = loop.idle
+    result, occupancy = tally.result, loop.occupancy
+    result.idle_seconds = occupancy.idle_ns / 1e9
+    result.held_peak = occupancy.peak
+    result.idle_spells, result.waiting_spells = occupancy.idle_spells, occupancy.waiting_spells
     stream.send(Frame("DISCONNECT", {}))
     await stream.close()
 
 
 class ConsumerLoop:
     """Handles frames in the read's callback, as they are decoded: no task woken and no timer
-    set per read. A consumer with a per-message delay stops reading while it works off what was
-    read (a timer per delay, as the work it stands for would take)."""
+    set per read.
+
+    A consumer with a per-message delay reads eagerly, as a client library does up to its
+    window: what arrives goes to a local queue (`inbox`), worked off one message at a time with
+    a timer per delay (the work it stands for). A message is counted as received when its work
+    starts, so that received/s, the finish time and the latency keep to the pace of the work.
+    `occupancy` keeps what the consumer holds and when it has nothing to do."""
 
     def __init__(
         self, spec: ConsumerSpec, shared: Shared, stream: StompStream, tally: Tally
@@ -362,19 +392,23 @@ class ConsumerLoop:
         self.done: asyncio.Future[None] = self._loop.create_future()
         # client (cumulative) acknowledgement: every `ack_every` messages as asked, else half a
         # prefetch window at a time, so that the broker never waits on us; without a known
-        # window, every message.
+        # window (none asked for, or an adaptive one, which may be a few messages), every one.
         self.ack_every = 1
         if spec.ack == "client":
-            self.ack_every = spec.ack_every or max(1, spec.prefetch // 2)
+            half = spec.prefetch // 2 if spec.prefetch != PREFETCH_AUTO else 1
+            self.ack_every = spec.ack_every or max(1, half)
         self.unacked = ""
-        self.pending = 0
-        self.delaying = False  # a message is being worked on (its delay has not passed)
+        self.pending = 0  # handled, not yet covered by an ACK (ack:client, ack:client-individual)
+        self.acked = 0  # covered by ACKs queued and not yet written (ack:auto: handled)
+        self.delay = spec.delay_ms / 1000  # seconds of work per message
+        self.inbox: deque[Frame] = deque()  # MESSAGE frames received and not yet started
+        self.working = False  # a message is being worked on (its delay has not passed)
         self.started = False  # the producers have been let go
         self.stopping = 0.0  # monotonic deadline once the parent has said stop
         self.heard = False  # something was read since the last poll
-        self.waiting_since = time.monotonic()  # the decoder ran dry then; 0 while frames wait
+        self.arrived = 0  # MESSAGE frames read
         self.before = (0, 0)  # monotonic and CPU clocks (ns) before the first message's read
-        self.idle = 0.0  # seconds spent waiting for the broker once the producers started
+        self.occupancy = Occupancy(time.monotonic_ns(), self._counting, spells=spec.spells)
         self.poll_timer: asyncio.TimerHandle | None = None
         self.work_timer: asyncio.TimerHandle | None = None  # the delay under way
 
@@ -393,39 +427,92 @@ class ConsumerLoop:
                 timer.cancel()
 
     def take_frames(self) -> None:
-        """Handle the frames decoded, then read on (what the handling wrote goes in one write)."""
-        if self.delaying or self.done.done():
+        """Handle the frames decoded (with a delay: queue the messages, and start one if none is
+        under way); what the handling wrote goes in one write."""
+        if self.done.done():
             return
+        now = time.monotonic_ns()
         self.heard = True
-        self._count_idle(time.monotonic())
-        self.waiting_since = 0.0
+        delayed = self.delay > 0
+        if not delayed:
+            self.occupancy.busy(now)  # a read ends the wait for the broker
+        if not self.arrived:  # the clocks before the first message's read, to begin its span
+            self.before = (now, time.process_time_ns())
         received = self.tally.result.received
-        if not received:  # the clocks before the first message's read, to begin its span
-            self.before = (time.monotonic_ns(), time.process_time_ns())
         try:
-            while (event := self.stream.decoder.next_event()) is not None:
-                if isinstance(event, Frame) and self.handle(event) and self.spec.delay_ms:
-                    self.stream.flush()  # the previous message's ACK goes before this wait
-                    self._note_busy(received)
-                    self.stream.pause_reading()
-                    self.delaying = True
-                    delay = self.spec.delay_ms / 1000
-                    self.work_timer = self._loop.call_later(delay, self.worked)
-                    return
+            arrived = self._read(delayed)
         except RuntimeError as exc:
             self._finish(exc)
             return
         except RemoteProtocolError as exc:
             self._finish(RuntimeError(f"the broker sent what is not STOMP: {exc}"))
             return
-        self.stream.flush()  # the ACKs of everything read so far, in one write
-        self._note_busy(received)
-        self.shared.received[self.spec.consumer_id] = self.tally.result.received
+        self.arrived += arrived
+        self.occupancy.arrived(arrived)
+        if delayed:
+            if not self.working and self.inbox:
+                self._start_next(now)
+            self.occupancy.waiting(now, len(self.inbox))
+        else:
+            self._note_busy(received)
+            self.shared.received[self.spec.consumer_id] = self.tally.result.received
+        self._flush()  # the ACKs of everything handled so far, in one write
         if self.stream.lost is not None:
             self._finish(ConnectionError("the broker closed the connection"))
             return
-        self.waiting_since = time.monotonic()
+        if not delayed:
+            self.occupancy.idle(time.monotonic_ns())
+        # The stream stops reading when frames arrive that nothing takes (before this loop was
+        # set to take them, say): everything decoded is taken now, so read on.
         self.stream.resume_reading()
+
+    def _read(self, delayed: bool) -> int:
+        """The MESSAGE frames decoded: handled now, or queued when each takes a delay."""
+        arrived = 0
+        decoder, inbox = self.stream.decoder, self.inbox
+        while (event := decoder.next_event()) is not None:
+            if not isinstance(event, Frame):
+                continue
+            if not delayed:
+                arrived += self.handle(event)
+            elif event.command == "MESSAGE":
+                inbox.append(event)
+                arrived += 1
+            elif event.command == "ERROR":
+                self.handle(event)  # raises
+        return arrived
+
+    def _start_next(self, now: int) -> None:
+        """Begin the work on the oldest message waiting: count it, and set its delay's timer."""
+        frame = self.inbox.popleft()
+        self.occupancy.busy(now)
+        received = self.tally.result.received
+        self.handle(frame)
+        self._note_busy(received)
+        self.shared.received[self.spec.consumer_id] = self.tally.result.received
+        self.working = True
+        self.work_timer = self._loop.call_later(self.delay, self.worked)
+
+    def worked(self) -> None:
+        """A message's delay has passed: acknowledge it and start the next, if one waits."""
+        self.working = False
+        if self.done.done():
+            return
+        self.acknowledge()
+        now = time.monotonic_ns()
+        if self.inbox:
+            self._start_next(now)
+        else:
+            self.occupancy.idle(now)
+        self.occupancy.waiting(now, len(self.inbox))
+        self._flush()  # this message's ACK goes before the next one's wait
+
+    def _flush(self) -> None:
+        """Write what was queued; the messages its ACKs cover are no longer held."""
+        self.stream.flush()
+        if self.acked:
+            self.occupancy.released(self.acked)
+            self.acked = 0
 
     def _note_busy(self, received_before: int) -> None:
         """Messages were handled in this call: extend the span in which this consumer worked
@@ -435,40 +522,36 @@ class ConsumerLoop:
             result.busy.begin(*self.before)
             result.busy.mark()
 
-    def worked(self) -> None:
-        """A message's delay has passed: acknowledge it and handle the next."""
-        self.delaying = False
-        self.acknowledge()
-        self.take_frames()
-
     def poll(self) -> None:
         """Every POLL_SECONDS: once the parent has said stop, read on until the line is quiet
         (or for a second at most), so that duplicates arriving after the last expected message
         are still counted."""
         now = time.monotonic()
-        self._count_idle(now)  # a consumer left with nothing to do hears nothing more
+        self.occupancy.count_idle(time.monotonic_ns())  # a consumer left idle hears nothing more
         if not self.stopping and self.shared.stop.is_set():
             self.stopping = now + STOP_GRACE_SECONDS
-        elif self.stopping and not self.delaying and (not self.heard or now > self.stopping):
+        elif self.stopping and (now > self.stopping or not (self.working or self.heard)):
             self._finish(None)
             return
         self.heard = False
         self.poll_timer = self._loop.call_later(POLL_SECONDS, self.poll)
 
-    def _count_idle(self, now: float) -> None:
-        """Add the time waited for the broker since `waiting_since` (once the run started)."""
-        if self.waiting_since:
-            self.started = self.started or self.shared.go.is_set()
-            if self.started and not self.stopping:
-                self.idle += now - self.waiting_since
-            self.waiting_since = now
+    def _counting(self) -> bool:
+        """Whether idle time counts now: once the producers were let go, until the stop."""
+        self.started = self.started or self.shared.go.is_set()
+        return self.started and not self.stopping
 
     def _finish(self, error: BaseException | None) -> None:
-        if not self.done.done():
-            if error is None:
-                self.done.set_result(None)
-            else:
-                self.done.set_exception(error)
+        if self.done.done():
+            return
+        for frame in self.inbox:  # messages left unstarted (the run ended): still received
+            self.tally.count(frame.body)
+        self.inbox.clear()
+        self.occupancy.close(time.monotonic_ns())
+        if error is None:
+            self.done.set_result(None)
+        else:
+            self.done.set_exception(error)
 
     def handle(self, frame: Frame) -> bool:
         """Count a MESSAGE (True) and, without a delay, acknowledge it; other frames: False."""
@@ -477,15 +560,21 @@ class ConsumerLoop:
         if frame.command != "MESSAGE":
             return False
         self.tally.count(frame.body)
-        if self.spec.ack != "auto":
+        if self.spec.ack == "auto":
+            if not self.delay:
+                self.acked += 1  # nothing to acknowledge: handled is done
+        else:
             self.unacked = frame.headers.get("ack", "")
             self.pending += 1
-            if not self.spec.delay_ms:
+            if not self.delay:
                 self.acknowledge()
         return True
 
     def acknowledge(self) -> None:
         """The message handled last is done: acknowledge it (or every `ack_every`-th)."""
-        if self.pending >= self.ack_every:
+        if self.spec.ack == "auto":
+            self.acked += 1
+        elif self.pending >= self.ack_every:
             self.stream.queue(Frame("ACK", {"id": self.unacked}))
+            self.acked += self.pending
             self.pending = 0
