@@ -291,6 +291,18 @@ class QueueSubscription(Subscription):
             or settings.delivery_order is _DEADLINE
         )
 
+    def release(self, count: int) -> None:
+        super().release(count)
+        if (
+            count
+            and self.active
+            and self.queue.pending
+            and self.queue.settings.dispatch_policy is _FAIR
+        ):
+            # The policy may have held messages back from this consumer before its window was
+            # used up (dispatch, below): each consumption makes room for more.
+            self.refill()
+
     def finish_ms(self, now_ms: int) -> int:
         """When this consumer would have consumed one more message given now, judged on the
         safe side: after the ones it holds, at its pace, and a round trip (an adaptive
