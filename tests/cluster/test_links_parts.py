@@ -3,6 +3,8 @@ remembers, members' addresses, demand and budgets, and logging in where logins a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +20,7 @@ from sluiceway.cluster.links import (
     read_link_password,
     wanted_routes,
 )
-from sluiceway.cluster.peer_link import Budget
+from sluiceway.cluster.peer_link import Budget, end_task
 from sluiceway.cluster.peers import Peer, PeerAddressError, StaticPeers
 from sluiceway.config import build_config
 from sluiceway.core.values.selector import compile_selector
@@ -253,3 +255,42 @@ class Demandless:
     connections: dict[int, Any] = {}  # noqa: RUF012  (never changed)
     durables: dict[tuple[str, str], Any] = {}  # noqa: RUF012
     registry: Any = None
+
+
+def test_ending_a_link_task_passes_on_the_callers_cancellation_not_the_tasks() -> None:
+    """The links stop while their watcher is stopping one link: the watcher, cancelled while it
+    waits for that link's task to end, must end cancelled too, or the links never stop."""
+
+    async def scenario() -> tuple[bool, bool]:
+        ending, release = asyncio.Event(), asyncio.Event()
+
+        async def slow_to_end() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                ending.set()
+                await release.wait()  # closing its connections
+                raise
+
+        quiet = asyncio.create_task(slow_to_end())
+        await asyncio.sleep(0)
+        ended = asyncio.create_task(end_task(quiet))
+        await ending.wait()
+        release.set()
+        await ended  # its task's cancellation stays there
+
+        release.clear()
+        ending.clear()
+        stopped = asyncio.create_task(slow_to_end())
+        await asyncio.sleep(0)
+        stopper = asyncio.create_task(end_task(stopped))
+        await ending.wait()
+        stopper.cancel()  # the caller's own cancellation, while the task is still ending
+        release.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopper
+        return quiet.cancelled() and stopped.cancelled(), stopper.cancelled()
+
+    tasks_ended, caller_cancelled = asyncio.run(scenario())
+    assert tasks_ended
+    assert caller_cancelled

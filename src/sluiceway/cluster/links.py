@@ -28,7 +28,6 @@ here is ended there.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -45,7 +44,7 @@ from sluiceway.cluster.durables import (
     own_durables,
 )
 from sluiceway.cluster.forwarding import Seen
-from sluiceway.cluster.peer_link import Budget, LinkSettings, PeerLink
+from sluiceway.cluster.peer_link import Budget, LinkSettings, PeerLink, end_task
 from sluiceway.cluster.peers import DatabasePeers, Peer, Peers, Reading
 from sluiceway.cluster.positions import DatabasePositions, Position, PositionExchange
 from sluiceway.config.cluster import ClusterConfig
@@ -108,6 +107,7 @@ class Links:
         self.seen: dict[str, Seen] = {}
         self.budget = Budget()  # what the links may publish here until the next reading
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._peers_failing = False  # told once per outage of the members' source
 
     def forwarded_from(self, broker_id: str, message_id: str) -> bool:
@@ -118,16 +118,16 @@ class Links:
 
     def start(self) -> None:
         """Start following the members and the demand (on the broker's event loop)."""
+        self._stopping = False
         self._task = asyncio.create_task(self._watch(), name="sluiceway-links")
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop every link: each finishes the batch on its way within `grace` seconds (default:
         the links' timeout), then closes; the members get back what the links still held."""
         task, self._task = self._task, None
+        self._stopping = True  # the watcher ends at its next turn, even had it missed the cancel
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await end_task(task)
         for link in [*self.links.values(), *self.durable_links.values()]:
             await link.stop(grace)
         self.links.clear()
@@ -140,7 +140,7 @@ class Links:
     async def _watch(self) -> None:
         loop = asyncio.get_running_loop()
         next_peers = loop.time()
-        while True:
+        while not self._stopping:
             try:
                 members_round = loop.time() >= next_peers
                 if members_round:

@@ -190,12 +190,17 @@ class PeerLink:
         self._stopping = True
         self.wake()
         wait = self.settings.timeout if timeout is None else timeout
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(task), wait)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await self._close()
+        asked = cancel_requests()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), wait)
+        finally:  # the caller cancelled meanwhile (the links stopping): the link still closes
+            await end_task(task)
+            await self._close()
+        if cancel_requests() > asked:
+            # Python 3.11's wait_for returns the result of a task that ended just as its caller
+            # was cancelled, dropping the cancellation: it is passed on here.
+            raise asyncio.CancelledError
 
     def want(self, wanted: dict[DestinationName, int]) -> None:
         """The destinations to subscribe to now, each with the window to ask for."""
@@ -414,3 +419,22 @@ class PeerLink:
 
 def _failed(outcome: object) -> bool:
     return isinstance(outcome, BaseException)
+
+
+async def end_task(task: asyncio.Task[None]) -> None:
+    """Cancel `task` and wait until it has ended. Its own cancellation is not passed on; the
+    caller's is: a caller cancelled while it waits here (a link stopped while the links that
+    own it stop too) ends cancelled, rather than carrying on as if nothing had been asked."""
+    asked = cancel_requests()
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        if cancel_requests() > asked:
+            raise
+
+
+def cancel_requests() -> int:
+    """How many times the running task has been asked to cancel (and has not taken it back)."""
+    current = asyncio.current_task()
+    return 0 if current is None else current.cancelling()
