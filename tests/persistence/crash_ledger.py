@@ -81,6 +81,12 @@ class Ledger:
         however long before the kill: it was never promised."""
         self.forgetting = forgetting
         self.first_delivered: dict[str, float] = {}  # key -> monotonic time of its first delivery
+        # key -> when it was first delivered in the broker's current life (until the restart
+        # after the kill ends it: a MESSAGE read while the kill is on its way is of that life).
+        self.this_life: dict[str, float] = {}
+        # Delivered in an earlier life long enough before its kill for the store to have kept
+        # the delivery: flagged redelivered from then on.
+        self.recorded: set[str] = set()
         self.receipted: set[str] = set()  # keys whose SEND's or COMMIT's RECEIPT arrived
         self.last_kill = float("-inf")
         self.lock = threading.Lock()
@@ -166,12 +172,13 @@ class Ledger:
                 self.figures.duplicates += 1
                 if redelivered:
                     self.figures.flagged += 1
-                elif self._forgotten(key):
-                    self.figures.forgotten += 1
-                else:
+                elif key in self.recorded or key in self.this_life:
                     self.violations.append(f"{key} delivered again without redelivered:true")
+                else:
+                    self.figures.forgotten += 1
             else:
                 self.first_delivered[key] = time.monotonic()
+            self.this_life.setdefault(key, time.monotonic())
             self.seen.add(key)
             # It exists, whether or not its RECEIPT came (and if its transaction was committing,
             # so do the others of the transaction: checked after a restart).
@@ -194,10 +201,16 @@ class Ledger:
             return "delivered, never receipted"
         return f"delivered {self.last_kill - first:.3f} s before the kill, never receipted"
 
-    def _forgotten(self, key: str) -> bool:
-        """Whether the store may have forgotten `key`'s first delivery at the last kill."""
-        first = self.first_delivered.get(key, float("-inf"))
-        return self.forgetting > 0 and self.last_kill - self.forgetting <= first <= self.last_kill
+    def _settle_deliveries(self) -> None:
+        """The broker's life ended with the last kill: which of its deliveries the store kept.
+        Every one, for a store that forgets nothing; else one made `forgetting` seconds or more
+        before the kill was, and one made later (or while the kill was on its way) may have
+        been forgotten, and so may every earlier one of the
+        same message, each forgotten at the kill that followed it."""
+        for key, when in self.this_life.items():
+            if not self.forgetting or self.last_kill - when >= self.forgetting:
+                self.recorded.add(key)
+        self.this_life.clear()
 
     def _check_delivery(self, key: str, destination: str) -> None:
         if key not in self.destination:
@@ -280,6 +293,7 @@ class Ledger:
                 self.figures.resurrected += 1
                 self.violations.append(f"{key} found missing after an earlier kill, now there")
             self._settle_acks(there)
+            self._settle_deliveries()
             lost = (self.confirmed | self.seen) - self.acked - there
             forgotten = {key for key in lost if key not in self.receipted and self.forgetting}
             lost -= forgotten
@@ -288,7 +302,7 @@ class Ledger:
             self.confirmed -= forgotten
             self.figures.lost += len(lost)
             self.violations.extend(f"{key} lost ({self._why_known(key)})" for key in sorted(lost))
-            self._settle_sends(there)
+            self._settle_sends(there, forgotten)
             self.waiting = Counter(found.values())
 
     def _found(self, present: Mapping[str, Sequence[str]]) -> dict[str, str]:
@@ -331,11 +345,13 @@ class Ledger:
                 self._consumed(keys - there)  # reported here, not again as lost
         self.ack_transactions.clear()
 
-    def _settle_sends(self, there: set[str]) -> None:
-        """A SEND in flight took effect if its message is there or was delivered; a COMMIT in
-        flight for all of its messages or none; an open transaction for none."""
+    def _settle_sends(self, there: set[str], forgotten: set[str]) -> None:
+        """A SEND in flight took effect if its message is there or was delivered (and not
+        `forgotten` since: a store that forgets may deliver what the kill then undoes); a
+        COMMIT in flight for all of its messages or none; an open transaction for none."""
+        kept = there | (self.seen - forgotten)
         for key in self.sending:
-            if key in there or key in self.seen:
+            if key in kept:
                 self.figures.kept_in_doubt += 1
                 self._exists(key)
             else:
@@ -344,7 +360,7 @@ class Ledger:
         self.sending.clear()
         for name, pending in self.transactions.items():
             keys = set(pending.keys)
-            exist = keys & (there | self.seen)
+            exist = keys & kept
             if exist and not pending.committing:
                 self.violations.append(
                     f"transaction {name} was never committed, yet {sorted(exist)[:5]} exist"
