@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -24,10 +25,19 @@ settings.load_profile("sluiceway")
 
 PROCESSES = ProcessWatch()
 LEFT_RUNNING = pytest.StashKey[list[str]]()  # what the watch killed at the end, to report
+LEFT_RUNNING_KEY = "sluiceway-left-running"  # the same, sent by a worker of pytest-xdist
+
+
+def runs_tests(config: pytest.Config) -> bool:
+    """Whether this process runs tests: not the one that hands them out to workers
+    (pytest-xdist, `-n`), which only starts them, each watching its own processes."""
+    is_worker = hasattr(config, "workerinput")
+    return is_worker or not getattr(config.option, "numprocesses", None)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    PROCESSES.start()
+    if runs_tests(session.config):
+        PROCESSES.start()
 
 
 def pytest_runtest_logfinish(nodeid: str) -> None:
@@ -36,9 +46,35 @@ def pytest_runtest_logfinish(nodeid: str) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A process the run started and left running is killed, and fails the run."""
-    session.config.stash[LEFT_RUNNING] = left = PROCESSES.finish()
-    if left:
+    config = session.config
+    if runs_tests(config):
+        config.stash[LEFT_RUNNING] = PROCESSES.finish()
+        workeroutput = getattr(config, "workeroutput", None)
+        if workeroutput is not None:  # told to the process that started this worker
+            workeroutput[LEFT_RUNNING_KEY] = config.stash[LEFT_RUNNING]
+    if config.stash.get(LEFT_RUNNING, []):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On several workers, the long files first (those with a test marked slow, and Spark's):
+    a file goes whole to one worker, so a long one handed out last would keep one worker
+    busy while the others have nothing left to do."""
+    if runs_tests(config) and not hasattr(config, "workerinput"):
+        return  # one process: the files in their own order
+
+    def long(item: pytest.Item) -> bool:
+        return item.get_closest_marker("slow") is not None or item.path.parent.name == "spark"
+
+    long_files = {item.path for item in items if long(item)}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: the rest keep their order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """A worker ended (pytest-xdist): what its net killed fails the whole run."""
+    left = getattr(node, "workeroutput", {}).get(LEFT_RUNNING_KEY, [])
+    node.config.stash.setdefault(LEFT_RUNNING, []).extend(left)
 
 
 def pytest_terminal_summary(

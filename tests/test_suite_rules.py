@@ -248,17 +248,22 @@ LEAKY: Final = """
 
 
 @pytest.mark.timeout(150)
-def test_brokers_started_by_tests_are_gone_after_the_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["in-process", "two-workers"])
+def test_brokers_started_by_tests_are_gone_after_the_run(
+    tmp_path: Path, workers: list[str]
+) -> None:
     (tmp_path / "test_leaky.py").write_text(textwrap.dedent(LEAKY))
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\ntimeout = 60\nasyncio_default_fixture_loop_scope = function\n"
     )
     pids = tmp_path / "started"
-    # The suite's conftest as a plugin: the run has the suite's safety net.
+    # The suite's conftest as a plugin: the run has the suite's safety net (in each worker
+    # with pytest-xdist, which reports to the run what the net killed).
     result = run_group(
         [
             *(sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider"),
             *("-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)),
+            *workers,
         ],
         timeout=120,
         cwd=ROOT,
