@@ -6,9 +6,13 @@ last committed batch, and the query's operations, refused by it until then, go o
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +68,33 @@ def settled(member: BrokerProcess, work: Path) -> Callable[[], bool]:
     return check
 
 
+def stop_with_leases_open(job: subprocess.Popen[str], member: BrokerProcess, work: Path) -> None:
+    """Wait until the query has committed two batches and holds another's leases at `member`,
+    then stop it there (SIGSTOP to its process group, the driver and its JVM): nothing it does
+    can close those leases before the kill, however the machine's load times its steps. Left
+    running when it ended instead."""
+    deadline = time.monotonic() + RUN_WAIT
+
+    def ready() -> bool:
+        return job.poll() is not None or (len(batches(work, "commits")) >= 2 and leased(member))
+
+    while True:
+        wait_for(
+            ready,
+            "the query to commit two batches and read the leases of another",
+            max(deadline - time.monotonic(), 1.0),
+        )
+        if job.poll() is not None:
+            return
+        os.killpg(job.pid, signal.SIGSTOP)
+        # Read twice: an acknowledgement sent just before the stop has arrived by the second.
+        if leased(member) and leased(member):
+            return
+        os.killpg(job.pid, signal.SIGCONT)  # the batch closed meanwhile: wait for the next
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no batch's leases stayed open at a stop within {RUN_WAIT} s")
+
+
 def test_a_query_goes_on_exactly_once_when_its_member_is_killed(
     pg_url: str, tmp_path: Path, job_env: dict[str, str]
 ) -> None:
@@ -90,17 +121,14 @@ def run(a: BrokerProcess, b: BrokerProcess, tmp_path: Path, job_env: dict[str, s
             start_new_session=True,  # its own process group, killed as one
         )
     with group_killed(process) as running:
-        wait_for(
-            lambda: (
-                running.poll() is not None or (len(batches(tmp_path, "commits")) >= 2 and leased(a))
-            ),
-            "the query to commit two batches and read the leases of another",
-            RUN_WAIT,
-        )
-        assert running.poll() is None, failure(log_path)
-        assert len(batches(tmp_path, "commits")) < MESSAGES // BATCH, "ended before the kill"
-
-        a.kill()  # kill -9 of the member the query uses, its batch's leases open
+        stop_with_leases_open(running, a, tmp_path)
+        try:
+            assert running.poll() is None, failure(log_path)
+            assert len(batches(tmp_path, "commits")) < MESSAGES // BATCH, "ended before the kill"
+            a.kill()  # kill -9 of the member the query uses, its batch's leases open
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(running.pid, signal.SIGCONT)
         done = settled(b, tmp_path)
         wait_for(lambda: running.poll() is not None or done(), "the query to finish", RUN_WAIT)
         assert running.poll() is None, failure(log_path)
